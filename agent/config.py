@@ -1,0 +1,511 @@
+"""Load and validate the agent's TOML configuration into typed dataclasses.
+
+Called by the CLI before anything touches a cluster. Every problem raises one
+``ConfigError`` naming the key path (``clusters[1].kubeconfig: file not found:
+...``); unknown keys are errors so that a typo never silently falls back to a
+default. The defaults live here and only here (``config.example.toml`` and
+``docs/configuration.md`` are tested against them).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent.errors import ConfigError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ADOPT_MODES = ("never", "if-unowned", "always")
+PROPAGATION_POLICIES = ("background", "foreground", "orphan")
+
+
+def parse_duration(text: str) -> float:
+    """``"1h30m"`` → 5400.0 seconds. Raises ``ValueError`` on anything else."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty duration")
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise ValueError(f"invalid duration {text!r} (use e.g. 30s, 5m, 1h30m, 500ms)")
+    return total
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    #: Field manager and ApplySet parent name; one inventory per (name, cluster).
+    name: str = "gitops-agent"
+    #: Namespace that holds the ApplySet parents (one per cluster, in that cluster).
+    namespace: str = "gitops-agent"
+    #: Where Git clones, checkouts and render caches live.
+    cache_dir: str = "~/.cache/gitops-agent/work"
+    #: "console" or "json".
+    log_format: str = "console"
+    log_level: str = "info"
+    #: host:port of the health/metrics/status HTTP server of `run` (empty disables it).
+    listen: str = "127.0.0.1:8080"
+
+
+@dataclass(frozen=True)
+class SourceAuth:
+    username: str = ""
+    password_file: str = ""
+    password_env: str = ""
+    token_file: str = ""
+    token_env: str = ""
+    ssh_private_key_file: str = ""
+    ssh_known_hosts_file: str = ""
+
+
+@dataclass(frozen=True)
+class SourceVerify:
+    """Commit signature verification (off unless a file is given)."""
+
+    allowed_signers_file: str = ""
+    gpg_keyring_file: str = ""
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    url: str
+    branch: str = ""
+    tag: str = ""
+    commit: str = ""
+    poll_interval: float = 60.0
+    timeout: float = 60.0
+    shallow: bool = False
+    #: Checkouts kept besides the current one (garbage collection).
+    keep_checkouts: int = 3
+    auth: SourceAuth = field(default_factory=SourceAuth)
+    verify: SourceVerify = field(default_factory=SourceVerify)
+
+    @property
+    def ref(self) -> str:
+        """Human spelling of what is followed: ``branch main``, ``tag v1``, ``commit abc``."""
+        if self.commit:
+            return f"commit {self.commit}"
+        if self.tag:
+            return f"tag {self.tag}"
+        return f"branch {self.branch or 'main'}"
+
+
+@dataclass(frozen=True)
+class HelmSettings:
+    chart: str = ""
+    release_name: str = ""
+    namespace: str = ""
+    values_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Everything a `[defaults]` table may set and a `[[clusters]]` entry may override."""
+
+    field_manager: str = ""  # empty: the agent name
+    reconcile_interval: float = 300.0
+    prune: bool = True
+    allow_empty: bool = False
+    max_prune_fraction: float = 0.5
+    brake_min_inventory: int = 10
+    max_prune: int | None = None
+    adopt: str = "if-unowned"
+    default_namespace: str = "default"
+    propagation_policy: str = "background"
+    connect_timeout: float = 5.0
+    request_timeout: float = 30.0
+    pass_deadline: float = 300.0
+    concurrency: int = 4
+    exclude: tuple[str, ...] = ()
+    render_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    paths: tuple[str, ...]
+    settings: ClusterSettings
+    kubeconfig: str = ""
+    context: str = ""
+    in_cluster: bool = False
+    vars: dict[str, str] = field(default_factory=dict)
+    helm: HelmSettings | None = None
+
+
+@dataclass(frozen=True)
+class ConflictRule:
+    """``(manager glob, operation, subresource) → force | yield``; first match wins."""
+
+    manager: str
+    action: str
+    operation: str = "*"
+    subresource: str = "*"
+
+    def matches(self, manager: str, operation: str, subresource: str) -> bool:
+        return (
+            fnmatch.fnmatchcase(manager, self.manager)
+            and self.operation in ("*", operation)
+            and (self.subresource == "*" or self.subresource == subresource)
+        )
+
+
+#: Invariant 5's defaults: yield to whatever writes through `scale` and to the
+#: controller manager; take over from kubectl and restore tools.
+DEFAULT_CONFLICT_RULES: tuple[ConflictRule, ...] = (
+    ConflictRule(manager="*", subresource="scale", action="yield"),
+    ConflictRule(manager="kube-controller-manager", action="yield"),
+    ConflictRule(manager="kubectl", action="force"),
+    ConflictRule(manager="kubectl-*", action="force"),
+    ConflictRule(manager="before-first-apply", action="force"),
+    ConflictRule(manager="velero*", action="force"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    agent: AgentSettings
+    source: SourceConfig
+    clusters: tuple[ClusterConfig, ...]
+    conflict_rules: tuple[ConflictRule, ...] = DEFAULT_CONFLICT_RULES
+    file: str = ""
+
+    def cluster(self, name: str) -> ClusterConfig:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise ConfigError("clusters", f"no cluster named {name!r} (have: {', '.join(c.name for c in self.clusters)})")
+
+    def field_manager(self, cluster: ClusterConfig) -> str:
+        return cluster.settings.field_manager or self.agent.name
+
+
+# ---------------------------------------------------------------------------
+# Loading
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Reads one TOML table, checking types and recording which keys were used."""
+
+    def __init__(self, table: Any, path: str, file: str) -> None:
+        if not isinstance(table, dict):
+            raise ConfigError(path, f"must be a table, got {type(table).__name__}", file=file)
+        self.table: dict[str, Any] = table
+        self.path = path
+        self.file = file
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, name: str, message: str) -> ConfigError:
+        return ConfigError(self.key(name), message, file=self.file)
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
+        self.used.add(name)
+        if name not in self.table:
+            if required:
+                raise self.error(name, "required key is missing")
+            return default
+        value = self.table[name]
+        # bool is an int in Python; never accept true for a number.
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.error(name, f"expected {_type_name(kind)}, got boolean")
+        if not isinstance(value, kind):
+            raise self.error(name, f"expected {_type_name(kind)}, got {_type_name(type(value))}")
+        return value
+
+    def duration(self, name: str, default: float, *, minimum: float = 0.001) -> float:
+        value = self.get(name, str)
+        if value is None:
+            return default
+        try:
+            seconds = parse_duration(value)
+        except ValueError as e:
+            raise self.error(name, str(e)) from None
+        if seconds < minimum:
+            raise self.error(name, f"must be at least {minimum:g}s, got {value!r}")
+        return seconds
+
+    def string_list(self, name: str) -> tuple[str, ...] | None:
+        value = self.get(name, list)
+        if value is None:
+            return None
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ConfigError(f"{self.key(name)}[{i}]", "expected string", file=self.file)
+        return tuple(value)
+
+    def sub(self, name: str) -> _Reader | None:
+        value = self.get(name, dict)
+        return None if value is None else _Reader(value, self.key(name), self.file)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.table) - self.used)
+        if unknown:
+            raise self.error(unknown[0], "unknown key" + _suggest(unknown[0], self.used))
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "table"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _suggest(name: str, known: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _settings(r: _Reader, base: ClusterSettings) -> ClusterSettings:
+    s = base
+    values: dict[str, Any] = {}
+    if (v := r.get("field_manager", str)) is not None:
+        values["field_manager"] = v
+    for name in ("reconcile_interval", "connect_timeout", "request_timeout", "pass_deadline", "render_timeout"):
+        values[name] = r.duration(name, getattr(s, name))
+    for name in ("prune", "allow_empty"):
+        if (v := r.get(name, bool)) is not None:
+            values[name] = v
+    frac = r.get("max_prune_fraction", (float, int))
+    if frac is not None:
+        if not 0 < frac <= 1:
+            raise r.error("max_prune_fraction", f"must be in (0, 1], got {frac}")
+        values["max_prune_fraction"] = float(frac)
+    for name, lowest in (("brake_min_inventory", 0), ("max_prune", 0), ("concurrency", 1)):
+        v = r.get(name, int)
+        if v is not None:
+            if v < lowest:
+                raise r.error(name, f"must be at least {lowest}, got {v}")
+            values[name] = v
+    for name, allowed in (("adopt", ADOPT_MODES), ("propagation_policy", PROPAGATION_POLICIES)):
+        v = r.get(name, str)
+        if v is not None:
+            if v not in allowed:
+                raise r.error(name, f"must be one of {', '.join(allowed)}; got {v!r}")
+            values[name] = v
+    if (v := r.get("default_namespace", str)) is not None:
+        if not _DNS_LABEL.match(v):
+            raise r.error("default_namespace", f"not a valid namespace name: {v!r}")
+        values["default_namespace"] = v
+    if (ex := r.string_list("exclude")) is not None:
+        values["exclude"] = ex
+    return replace(s, **values)
+
+
+_SETTING_KEYS = {f.name for f in fields(ClusterSettings)}
+
+
+def _repo_relative(r: _Reader, name: str, value: str) -> str:
+    p = Path(value)
+    if p.is_absolute() or ".." in p.parts:
+        raise r.error(name, f"must be a path inside the repository, got {value!r}")
+    return p.as_posix().strip("/") or "."
+
+
+def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig:
+    name = r.get("name", str, required=True)
+    if not _DNS_LABEL.match(name):
+        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+    path = r.get("path", str)
+    paths = r.string_list("paths")
+    if path is not None and paths is not None:
+        raise r.error("paths", "set either path or paths, not both")
+    if path is None and paths is None:
+        raise r.error("path", "required key is missing (the directory of this cluster's manifests)")
+    all_paths = tuple(_repo_relative(r, "path" if path is not None else "paths", p) for p in ([path] if path else paths or []))
+    if not all_paths:
+        raise r.error("paths", "must name at least one directory")
+    in_cluster = r.get("in_cluster", bool, False)
+    kubeconfig = r.get("kubeconfig", str, "")
+    context = r.get("context", str, "")
+    if in_cluster and kubeconfig:
+        raise r.error("kubeconfig", "set either kubeconfig or in_cluster = true, not both")
+    if not in_cluster:
+        if not kubeconfig:
+            raise r.error("kubeconfig", "required key is missing (or set in_cluster = true)")
+        resolved = (base_dir / os.path.expanduser(kubeconfig)).resolve()
+        if not resolved.is_file():
+            raise r.error("kubeconfig", f"file not found: {resolved}")
+        kubeconfig = str(resolved)
+    vars_table = r.sub("vars")
+    variables: dict[str, str] = {}
+    if vars_table is not None:
+        for k, v in vars_table.table.items():
+            if not _VAR_NAME.match(k):
+                raise vars_table.error(k, "variable names are letters, digits and '_', not starting with a digit")
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise vars_table.error(k, f"expected string or number, got {_type_name(type(v))}")
+            variables[k] = str(v)
+            vars_table.used.add(k)
+    helm = None
+    if (h := r.sub("helm")) is not None:
+        helm = HelmSettings(
+            chart=_repo_relative(h, "chart", h.get("chart", str, required=True)),
+            release_name=h.get("release_name", str, name),
+            namespace=h.get("namespace", str, ""),
+            values_files=tuple(_repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()),
+        )
+        h.finish()
+    settings = _settings(r, base)
+    r.finish()
+    return ClusterConfig(
+        name=name,
+        paths=all_paths,
+        settings=settings,
+        kubeconfig=kubeconfig,
+        context=context,
+        in_cluster=in_cluster,
+        vars=variables,
+        helm=helm,
+    )
+
+
+def _source(r: _Reader, base_dir: Path) -> SourceConfig:
+    url = r.get("url", str, required=True)
+    if not url.strip():
+        raise r.error("url", "must not be empty")
+    if "://" not in url and not url.startswith("git@") and not os.path.isabs(url):
+        url = str((base_dir / url).resolve())
+    refs = {k: r.get(k, str, "") for k in ("branch", "tag", "commit")}
+    given = [k for k, v in refs.items() if v]
+    if len(given) > 1:
+        raise r.error(given[1], f"set only one of branch, tag, commit (got {' and '.join(given)})")
+    if refs["commit"] and not re.fullmatch(r"[0-9a-f]{7,40}", refs["commit"]):
+        raise r.error("commit", f"must be a hexadecimal commit SHA, got {refs['commit']!r}")
+    auth = SourceAuth()
+    if (a := r.sub("auth")) is not None:
+        auth = SourceAuth(**{f.name: a.get(f.name, str, "") for f in fields(SourceAuth)})
+        a.finish()
+    verify = SourceVerify()
+    if (v := r.sub("verify")) is not None:
+        verify = SourceVerify(**{f.name: v.get(f.name, str, "") for f in fields(SourceVerify)})
+        v.finish()
+    keep = r.get("keep_checkouts", int, 3)
+    if keep < 1:
+        raise r.error("keep_checkouts", f"must be at least 1, got {keep}")
+    cfg = SourceConfig(
+        url=url,
+        branch=refs["branch"] or ("" if given else "main"),
+        tag=refs["tag"],
+        commit=refs["commit"],
+        poll_interval=r.duration("poll_interval", 60.0, minimum=1.0),
+        timeout=r.duration("timeout", 60.0),
+        shallow=r.get("shallow", bool, False),
+        keep_checkouts=keep,
+        auth=auth,
+        verify=verify,
+    )
+    r.finish()
+    return cfg
+
+
+def _agent(r: _Reader) -> AgentSettings:
+    d = AgentSettings()
+    name = r.get("name", str, d.name)
+    if not _DNS_LABEL.match(name):
+        raise r.error("name", f"must be a DNS label, got {name!r}")
+    namespace = r.get("namespace", str, d.namespace)
+    if not _DNS_LABEL.match(namespace):
+        raise r.error("namespace", f"not a valid namespace name: {namespace!r}")
+    log_format = r.get("log_format", str, d.log_format)
+    if log_format not in ("console", "json"):
+        raise r.error("log_format", f"must be console or json, got {log_format!r}")
+    log_level = r.get("log_level", str, d.log_level).lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise r.error("log_level", f"must be debug, info, warning or error, got {log_level!r}")
+    listen = r.get("listen", str, d.listen)
+    if listen and not re.fullmatch(r"[^\s:]*:\d{1,5}", listen):
+        raise r.error("listen", f"must be host:port (or empty to disable), got {listen!r}")
+    cfg = AgentSettings(
+        name=name,
+        namespace=namespace,
+        cache_dir=r.get("cache_dir", str, d.cache_dir),
+        log_format=log_format,
+        log_level=log_level,
+        listen=listen,
+    )
+    r.finish()
+    return cfg
+
+
+def _conflict_rule(r: _Reader) -> ConflictRule:
+    manager = r.get("manager", str, required=True)
+    action = r.get("action", str, required=True)
+    if action not in ("force", "yield"):
+        raise r.error("action", f"must be force or yield, got {action!r}")
+    operation = r.get("operation", str, "*")
+    if operation not in ("*", "Apply", "Update"):
+        raise r.error("operation", f"must be Apply, Update or *, got {operation!r}")
+    rule = ConflictRule(manager=manager, action=action, operation=operation, subresource=r.get("subresource", str, "*"))
+    r.finish()
+    return rule
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, parse and validate a config file; raises ``ConfigError``."""
+    file = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("", "config file not found", file=file) from None
+    except OSError as e:
+        raise ConfigError("", f"cannot read config file: {e.strerror}", file=file) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("", "config file is not UTF-8 text", file=file) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("", f"invalid TOML: {e}", file=file) from None
+    return parse_config(data, file=file, base_dir=Path(path).resolve().parent)
+
+
+def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None = None) -> Config:
+    base_dir = base_dir or Path.cwd()
+    top = _Reader(data, "", file)
+    agent_table = top.sub("agent")
+    agent = _agent(agent_table) if agent_table else AgentSettings()
+    source_table = top.sub("source")
+    if source_table is None:
+        raise top.error("source", "required table is missing ([source] with url)")
+    source = _source(source_table, base_dir)
+    defaults = ClusterSettings()
+    if (d := top.sub("defaults")) is not None:
+        defaults = _settings(d, defaults)
+        d.finish()
+    clusters_raw = top.get("clusters", list, required=True)
+    if not clusters_raw:
+        raise top.error("clusters", "at least one [[clusters]] entry is required")
+    clusters: list[ClusterConfig] = []
+    seen: dict[str, int] = {}
+    for i, table in enumerate(clusters_raw):
+        c = _cluster(_Reader(table, f"clusters[{i}]", file), defaults, base_dir)
+        if c.name in seen:
+            raise ConfigError(f"clusters[{i}].name", f"duplicate cluster name {c.name!r} (also clusters[{seen[c.name]}])", file=file)
+        seen[c.name] = i
+        clusters.append(c)
+    rules = DEFAULT_CONFLICT_RULES
+    rules_raw = top.get("conflict_rules", list)
+    if rules_raw is not None:
+        rules = tuple(_conflict_rule(_Reader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw))
+    top.finish()
+    return Config(agent=agent, source=source, clusters=tuple(clusters), conflict_rules=rules, file=file)
+
+
+def setting_keys() -> set[str]:
+    """Keys a `[defaults]` table accepts (used by the docs test)."""
+    return set(_SETTING_KEYS)

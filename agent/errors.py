@@ -1,0 +1,140 @@
+"""The agent's error tree, drawn once.
+
+::
+
+    AgentError                      base; ``retryable`` says whether a later pass may succeed
+    ├── ConfigError                 bad config file: names the key path (``clusters[1].kubeconfig``)
+    ├── SourceError                 Git: unreachable, auth, missing ref, bad signature (URL masked)
+    ├── RenderError                 every problem of one cluster's render, each with file/line
+    ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
+    │   └── ApiError                one API request answered with an error status
+    ├── ApplyError                  one object could not be applied (kept as a result, not raised across objects)
+    ├── PruneRefused                deletion refused on purpose (unknown state, brake, empty render)
+    └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
+
+Per-object failures are *results* (see ``model.ApplyResult``); exceptions are
+for failures that end a stage for a whole cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class AgentError(Exception):
+    """Base of every error the agent raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigError(AgentError):
+    """The configuration is invalid. ``path`` names the key, e.g. ``clusters[1].kubeconfig``."""
+
+    def __init__(self, path: str, message: str, *, file: str | None = None) -> None:
+        self.path = path
+        self.message = message
+        self.file = file
+        where = f"{file}: " if file else ""
+        super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
+
+
+class SourceError(AgentError):
+    """Git could not deliver the requested revision. ``url`` never contains credentials."""
+
+    def __init__(self, message: str, *, url: str = "", retryable: bool = True) -> None:
+        self.url = url
+        self.retryable = retryable
+        super().__init__(f"{url}: {message}" if url else message)
+
+
+@dataclass(frozen=True)
+class RenderProblem:
+    """One thing wrong with one file; ``line``/``column`` are 1-based when known."""
+
+    file: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.message}"
+
+
+class RenderError(AgentError):
+    """A cluster's render failed; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = "") -> None:
+        self.problems = tuple(problems)
+        self.cluster = cluster
+        head = f"render of cluster {cluster!r} failed" if cluster else "render failed"
+        body = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{head} ({len(self.problems)} problem(s)):\n{body}")
+
+
+class ClusterError(AgentError):
+    """A cluster as a whole could not be worked with in this pass."""
+
+    retryable = True
+
+    def __init__(self, cluster: str, message: str, *, retryable: bool = True) -> None:
+        self.cluster = cluster
+        self.message = message
+        self.retryable = retryable
+        super().__init__(f"cluster {cluster!r}: {message}")
+
+
+class ApiError(ClusterError):
+    """An API request returned an error status (``status`` 0 means no HTTP answer)."""
+
+    def __init__(
+        self,
+        cluster: str,
+        status: int,
+        message: str,
+        *,
+        reason: str = "",
+        verb: str = "",
+        target: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.verb = verb
+        self.target = target
+        self.retry_after = retry_after
+        retryable = status == 0 or status == 429 or status >= 500 or status == 409
+        what = f"{verb} {target}: " if verb or target else ""
+        super().__init__(cluster, f"{what}HTTP {status} {reason}: {message}".strip(), retryable=retryable)
+        self.api_message = message
+
+    @property
+    def unauthorized(self) -> bool:
+        return self.status in (401, 403)
+
+
+class ApplyError(AgentError):
+    """One object could not be applied."""
+
+    def __init__(self, obj: str, status: int, message: str) -> None:
+        self.obj = obj
+        self.status = status
+        self.message = message
+        super().__init__(f"{obj}: HTTP {status}: {message}")
+
+
+class PruneRefused(AgentError):
+    """Pruning was refused on purpose; ``reason`` says why in users' words."""
+
+    def __init__(self, reason: str, *, digest: str | None = None) -> None:
+        self.reason = reason
+        self.digest = digest
+        super().__init__(reason)
+
+
+class LocalClusterError(AgentError):
+    """The local control plane could not be installed, started or stopped."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from functools import cache
 from pathlib import Path
 
 from agent.errors import LocalClusterError
@@ -26,7 +25,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("GITOPS_AGENT_CACHE", "~/.cache/gitops-agent")).expanduser()
 
 
-@cache
+_found: dict[str, Path] = {}
+
+
 def bin_dir(*, install: bool = False) -> Path | None:
     """The directory of pinned binaries: ``$GITOPS_AGENT_BIN_DIR``, else the newest cached build.
 
@@ -35,16 +36,25 @@ def bin_dir(*, install: bool = False) -> Path | None:
     env = os.environ.get("GITOPS_AGENT_BIN_DIR")
     if env:
         return Path(env)
+    if "dir" in _found:  # only a found directory is remembered: a build may finish later
+        return _found["dir"]
     if install and INSTALL_SCRIPT.exists():
         out = subprocess.run([str(INSTALL_SCRIPT)], check=False, capture_output=True, text=True)
         if out.returncode != 0:
             raise LocalClusterError(f"scripts/install-control-plane failed:\n{out.stderr[-4000:]}")
-        return Path(out.stdout.strip().splitlines()[-1])
+        _found["dir"] = Path(out.stdout.strip().splitlines()[-1])
+        return _found["dir"]
     builds = sorted(cache_root().glob("bin-*"), key=lambda p: p.stat().st_mtime, reverse=True)
     for b in builds:
         if not b.name.endswith(".partial") and (b / "kube-apiserver").exists():
+            _found["dir"] = b
             return b
     return None
+
+
+def cache_clear() -> None:
+    """Forget the found directory (tests that change ``GITOPS_AGENT_BIN_DIR``)."""
+    _found.clear()
 
 
 def tool(name: str, *, install: bool = False) -> Path:

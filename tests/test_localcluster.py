@@ -1,0 +1,182 @@
+"""The local control plane itself: real etcd + kube-apiserver + kube-controller-manager processes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agent import localcluster, tools
+from agent.errors import LocalClusterError
+from agent.localcluster import LocalCluster
+from tests import clusters
+from tests.clusters import ClusterControl, ClusterPool, TestNamespace, kubectl
+
+pytestmark = pytest.mark.cluster
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting until {what}")
+        time.sleep(0.2)
+
+
+def test_two_pool_clusters_run_at_once_and_each_answers(cluster_pool: ClusterPool) -> None:
+    a, b = cluster_pool.all
+    assert a.ports != b.ports
+    for cluster in (a, b):
+        assert localcluster.api_request(cluster, "GET", "/readyz") == (200, "ok")
+        assert "namespace/default" in kubectl(cluster.kubeconfig, "get", "ns", "-o", "name").split()
+        assert cluster.kubeconfig == cluster.state_dir / cluster.name / "admin.kubeconfig"
+
+
+def test_objects_written_to_one_cluster_are_not_seen_by_the_other(cluster_pool: ClusterPool) -> None:
+    a, b = cluster_pool.all
+    kubectl(a.kubeconfig, "create", "configmap", "only-in-a", "-n", "default")
+    try:
+        assert "NotFound" in localcluster.kubectl(
+            b.kubeconfig, "get", "configmap", "only-in-a", "-n", "default", check=False).stderr
+    finally:
+        kubectl(a.kubeconfig, "delete", "configmap", "only-in-a", "-n", "default")
+
+
+def test_starting_a_running_cluster_returns_it_unchanged(cluster_pool: ClusterPool) -> None:
+    a = cluster_pool.all[0]
+    again = localcluster.start(a.name, a.state_dir)
+    assert again == a
+    assert localcluster.status(a.name, a.state_dir).running
+
+
+def test_restart_keeps_objects_certificates_and_the_kubeconfig_path(
+        fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl) -> None:
+    cluster = fresh_cluster()
+    kubectl(cluster.kubeconfig, "create", "configmap", "survivor", "--from-literal=k=v")
+    uid = kubectl(cluster.kubeconfig, "get", "configmap", "survivor", "-o", "jsonpath={.metadata.uid}")
+    ca = cluster.ca_file.read_bytes()
+
+    cluster_ctl.stop(cluster)
+    assert not localcluster.status(cluster.name, cluster.state_dir).running
+    restarted = cluster_ctl.start(cluster)
+
+    assert restarted.kubeconfig == cluster.kubeconfig
+    assert restarted.ca_file.read_bytes() == ca
+    assert restarted.pids != cluster.pids
+    same = kubectl(restarted.kubeconfig, "get", "configmap", "survivor", "-o", "json")
+    assert json.loads(same)["metadata"]["uid"] == uid
+    assert json.loads(same)["data"] == {"k": "v"}
+
+
+def test_a_frozen_cluster_hangs_and_answers_again_when_thawed(
+        fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl) -> None:
+    cluster = fresh_cluster()
+    with cluster_ctl.frozen(cluster):
+        assert localcluster.status(cluster.name, cluster.state_dir).frozen
+        with pytest.raises(TimeoutError):
+            localcluster.api_request(cluster, "GET", "/readyz", timeout=1.0)
+    assert localcluster.api_request(cluster, "GET", "/readyz") == (200, "ok")
+
+
+def test_stop_works_while_the_cluster_is_frozen(
+        fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl) -> None:
+    cluster = fresh_cluster()
+    cluster_ctl.freeze(cluster)
+    cluster_ctl.stop(cluster)
+    state = localcluster.status(cluster.name, cluster.state_dir)
+    assert not state.running
+    assert set(state.pids.values()) == {None}
+    for pid in (cluster.pids.etcd, cluster.pids.apiserver, cluster.pids.controller_manager):
+        assert not Path(f"/proc/{pid}").exists()
+
+
+def test_a_service_account_token_works_is_subject_to_rbac_and_fails_with_401_after_revoke(
+        namespace: TestNamespace, cluster_ctl: ClusterControl) -> None:
+    cluster = namespace.cluster
+    admin_sa, plain_sa = f"{namespace.name}/robot", f"{namespace.name}/nobody"
+    admin = cluster_ctl.token(cluster, admin_sa)
+    plain = cluster_ctl.token(cluster, plain_sa, cluster_role=None)
+    assert admin == cluster_ctl.token(cluster, admin_sa)  # stable path
+
+    who = kubectl(admin, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert who == f"system:serviceaccount:{namespace.name}:robot"
+    assert "namespace/default" in kubectl(admin, "get", "ns", "-o", "name").split()
+    assert "Forbidden" in localcluster.kubectl(plain, "get", "ns", check=False).stderr
+
+    cluster_ctl.revoke(cluster, admin_sa)
+    denied = localcluster.kubectl(admin, "get", "ns", check=False)
+    assert denied.returncode != 0
+    assert "Unauthorized" in denied.stderr
+
+
+def test_namespace_deletion_and_garbage_collection_complete(namespace: TestNamespace) -> None:
+    cfg, ns = namespace.cluster.kubeconfig, namespace.name
+    kubectl(cfg, "create", "configmap", "owner", "-n", ns)
+    owner_uid = kubectl(cfg, "get", "configmap", "owner", "-n", ns, "-o", "jsonpath={.metadata.uid}")
+    dependent = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dependent", "namespace": ns, "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}]},
+    }
+    localcluster.kubectl(cfg, "apply", "-f", "-", stdin=json.dumps(dependent))
+    kubectl(cfg, "delete", "configmap", "owner", "-n", ns)
+
+    def gone(*args: str) -> bool:
+        return "NotFound" in localcluster.kubectl(cfg, "get", *args, check=False).stderr
+
+    _wait_until(lambda: gone("configmap", "dependent", "-n", ns), 30, "the garbage collector deletes it")
+    kubectl(cfg, "create", "namespace", f"{ns}-x")
+    kubectl(cfg, "delete", "namespace", f"{ns}-x", "--wait=false")
+    _wait_until(lambda: gone("namespace", f"{ns}-x"), 60, "the namespace controller finishes deletion")
+
+
+def test_a_pool_cluster_a_test_stopped_is_started_again_afterwards(cluster_pool: ClusterPool) -> None:
+    ctl = ClusterControl(cluster_pool)
+    b = cluster_pool.all[1]
+    ctl.stop(b)
+    assert not localcluster.status(b.name, b.state_dir).running
+    ctl.cleanup()
+    assert localcluster.api_request(cluster_pool[b.name], "GET", "/readyz") == (200, "ok")
+
+
+def test_a_component_that_dies_at_startup_fails_with_the_tail_of_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clusters.require_control_plane()
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for name in ("etcd", "kube-controller-manager", "kubectl"):
+        (bins / name).symlink_to(tools.tool(name))
+    broken = bins / "kube-apiserver"
+    broken.write_text("#!/bin/sh\necho 'Error: unknown flag: --no-such-flag' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("GITOPS_AGENT_BIN_DIR", str(bins))
+    tools.cache_clear()
+    try:
+        with pytest.raises(LocalClusterError) as failed:
+            localcluster.start("broken", tmp_path / "state")
+    finally:
+        monkeypatch.undo()
+        tools.cache_clear()
+    assert "kube-apiserver exited during startup" in str(failed.value)
+    assert "unknown flag: --no-such-flag" in str(failed.value)
+    assert not localcluster.status("broken", tmp_path / "state").running
+    assert set(localcluster.status("broken", tmp_path / "state").pids.values()) == {None}
+    localcluster.delete("broken", tmp_path / "state")
+
+
+def test_a_missing_binary_gives_an_error_naming_the_fix(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITOPS_AGENT_BIN_DIR", str(tmp_path / "empty"))
+    tools.cache_clear()
+    try:
+        with pytest.raises(LocalClusterError, match=r"etcd not found: run scripts/install-control-plane"):
+            localcluster.start("nobins", tmp_path)
+        with pytest.raises(pytest.fail.Exception, match="local control plane unavailable"):
+            clusters.require_control_plane()
+    finally:
+        monkeypatch.undo()
+        tools.cache_clear()
+    assert not (tmp_path / "nobins").exists()

@@ -1,0 +1,94 @@
+"""Normalised comparison (agent/normalize.py): what the server rewrites is not drift."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from agent.normalize import MISSING, leaf_equal, parse_quantity, values_equal
+from agent.schema import FallbackNode, SchemaIndex, root_node
+
+BUILTIN_CPU = FallbackNode("Deployment", ("spec", "resources", "limits", "cpu"))
+CUSTOM_CPU = FallbackNode("Widget", ("spec", "resources", "limits", "cpu"), typed=False)
+PLAIN = FallbackNode("ConfigMap", ("data", "x"))
+INT_OR_STRING_REF = "#/components/schemas/io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1000m", Decimal(1)),
+        ("1", Decimal(1)),
+        (1, Decimal(1)),
+        (0.5, Decimal("0.5")),
+        ("500m", Decimal("0.5")),
+        ("1Gi", Decimal(1073741824)),
+        ("1073741824", Decimal(1073741824)),
+        ("1e3", Decimal(1000)),
+        ("1k", Decimal(1000)),
+        ("128Mi", Decimal(134217728)),
+        ("abc", None),
+        (True, None),
+        ("1Gb", None),
+    ],
+)
+def test_parses_quantities(text: Any, value: Decimal | None) -> None:
+    assert parse_quantity(text) == value
+
+
+def test_built_in_quantities_compare_by_value_custom_ones_as_written() -> None:
+    assert leaf_equal("1000m", "1", BUILTIN_CPU, owned_by_us=False)
+    assert leaf_equal(1073741824, "1Gi", FallbackNode("Pod", ("spec", "limits", "memory")), owned_by_us=False)
+    assert not leaf_equal("1000m", "1", CUSTOM_CPU, owned_by_us=False)
+    assert not leaf_equal("1000m", "1", PLAIN, owned_by_us=False)
+
+
+def test_int_or_string_keeps_its_type_only_where_the_schema_says_so() -> None:
+    index = SchemaIndex.from_openapi_v3(
+        [
+            {
+                "components": {
+                    "schemas": {
+                        "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {
+                            "type": "string",
+                            "format": "int-or-string",
+                        },
+                        "io.k8s.api.core.v1.Svc": {
+                            "type": "object",
+                            "properties": {
+                                "port": {"allOf": [{"$ref": INT_OR_STRING_REF}]},
+                                "count": {"type": "integer"},
+                            },
+                            "x-kubernetes-group-version-kind": [
+                                {"group": "", "version": "v1", "kind": "Svc"}
+                            ],
+                        },
+                    }
+                }
+            }
+        ]
+    )
+    root = root_node(index, "", "v1", "Svc")
+    assert root.field("port").int_or_string and not root.field("count").int_or_string
+    assert not leaf_equal("80", 80, root.field("port"), owned_by_us=True)
+    assert leaf_equal(80, 80.0, root.field("count"), owned_by_us=True)
+
+
+def test_numbers_are_one_type_but_booleans_are_not_numbers() -> None:
+    assert values_equal(1, 1.0)
+    assert not values_equal(True, 1)
+    assert not values_equal("1", 1)
+    assert values_equal({"a": [1, {"b": None}]}, {"a": [1.0, {"b": None}]})
+
+
+def test_null_and_empty_equal_absent_zero_values_only_when_we_own_them() -> None:
+    assert leaf_equal(None, MISSING, PLAIN, owned_by_us=False)
+    assert leaf_equal({}, MISSING, PLAIN, owned_by_us=False)
+    assert leaf_equal([], MISSING, PLAIN, owned_by_us=False)
+    assert not leaf_equal(False, MISSING, PLAIN, owned_by_us=False)
+    assert leaf_equal(False, MISSING, PLAIN, owned_by_us=True)
+    assert leaf_equal(0, MISSING, PLAIN, owned_by_us=True)
+    assert not leaf_equal("x", MISSING, PLAIN, owned_by_us=True)
+    assert leaf_equal({"a": {}, "b": 1}, {"b": 1}, PLAIN, owned_by_us=False)

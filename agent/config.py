@@ -184,7 +184,9 @@ class Config:
         for c in self.clusters:
             if c.name == name:
                 return c
-        raise ConfigError("clusters", f"no cluster named {name!r} (have: {', '.join(c.name for c in self.clusters)})")
+        raise ConfigError(
+            "clusters", f"no cluster named {name!r} (have: {', '.join(c.name for c in self.clusters)})"
+        )
 
     def field_manager(self, cluster: ClusterConfig) -> str:
         return cluster.settings.field_manager or self.agent.name
@@ -213,7 +215,9 @@ class _Reader:
     def error(self, name: str, message: str) -> ConfigError:
         return ConfigError(self.key(name), message, file=self.file)
 
-    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
+    def get(
+        self, name: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False
+    ) -> Any:
         self.used.add(name)
         if name not in self.table:
             if required:
@@ -276,7 +280,13 @@ def _settings(r: _Reader, base: ClusterSettings) -> ClusterSettings:
     values: dict[str, Any] = {}
     if (v := r.get("field_manager", str)) is not None:
         values["field_manager"] = v
-    for name in ("reconcile_interval", "connect_timeout", "request_timeout", "pass_deadline", "render_timeout"):
+    for name in (
+        "reconcile_interval",
+        "connect_timeout",
+        "request_timeout",
+        "pass_deadline",
+        "render_timeout",
+    ):
         values[name] = r.duration(name, getattr(s, name))
     for name in ("prune", "allow_empty"):
         if (v := r.get(name, bool)) is not None:
@@ -327,7 +337,10 @@ def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig
         raise r.error("paths", "set either path or paths, not both")
     if path is None and paths is None:
         raise r.error("path", "required key is missing (the directory of this cluster's manifests)")
-    all_paths = tuple(_repo_relative(r, "path" if path is not None else "paths", p) for p in ([path] if path else paths or []))
+    all_paths = tuple(
+        _repo_relative(r, "path" if path is not None else "paths", p)
+        for p in ([path] if path else paths or [])
+    )
     if not all_paths:
         raise r.error("paths", "must name at least one directory")
     in_cluster = r.get("in_cluster", bool, False)
@@ -347,7 +360,9 @@ def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig
     if vars_table is not None:
         for k, v in vars_table.table.items():
             if not _VAR_NAME.match(k):
-                raise vars_table.error(k, "variable names are letters, digits and '_', not starting with a digit")
+                raise vars_table.error(
+                    k, "variable names are letters, digits and '_', not starting with a digit"
+                )
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
                 raise vars_table.error(k, f"expected string or number, got {_type_name(type(v))}")
             variables[k] = str(v)
@@ -358,7 +373,9 @@ def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig
             chart=_repo_relative(h, "chart", h.get("chart", str, required=True)),
             release_name=h.get("release_name", str, name),
             namespace=h.get("namespace", str, ""),
-            values_files=tuple(_repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()),
+            values_files=tuple(
+                _repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()
+            ),
         )
         h.finish()
     settings = _settings(r, base)
@@ -451,7 +468,9 @@ def _conflict_rule(r: _Reader) -> ConflictRule:
     operation = r.get("operation", str, "*")
     if operation not in ("*", "Apply", "Update"):
         raise r.error("operation", f"must be Apply, Update or *, got {operation!r}")
-    rule = ConflictRule(manager=manager, action=action, operation=operation, subresource=r.get("subresource", str, "*"))
+    rule = ConflictRule(
+        manager=manager, action=action, operation=operation, subresource=r.get("subresource", str, "*")
+    )
     r.finish()
     return rule
 
@@ -495,13 +514,19 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     for i, table in enumerate(clusters_raw):
         c = _cluster(_Reader(table, f"clusters[{i}]", file), defaults, base_dir)
         if c.name in seen:
-            raise ConfigError(f"clusters[{i}].name", f"duplicate cluster name {c.name!r} (also clusters[{seen[c.name]}])", file=file)
+            raise ConfigError(
+                f"clusters[{i}].name",
+                f"duplicate cluster name {c.name!r} (also clusters[{seen[c.name]}])",
+                file=file,
+            )
         seen[c.name] = i
         clusters.append(c)
     rules = DEFAULT_CONFLICT_RULES
     rules_raw = top.get("conflict_rules", list)
     if rules_raw is not None:
-        rules = tuple(_conflict_rule(_Reader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw))
+        rules = tuple(
+            _conflict_rule(_Reader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
+        )
     top.finish()
     return Config(agent=agent, source=source, clusters=tuple(clusters), conflict_rules=rules, file=file)
 

@@ -8,7 +8,7 @@
     ├── RenderError                 every problem of one cluster's render, each with file/line
     ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
     │   └── ApiError                one API request answered with an error status
-    ├── ApplyError                  one object could not be applied (kept as a result, not raised across objects)
+    ├── ApplyError                  one object could not be applied (normally a result, not raised)
     ├── PruneRefused                deletion refused on purpose (unknown state, brake, empty render)
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
@@ -68,7 +68,9 @@ class RenderProblem:
 class RenderError(AgentError):
     """A cluster's render failed; carries every problem found, not just the first."""
 
-    def __init__(self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = "") -> None:
+    def __init__(
+        self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = ""
+    ) -> None:
         self.problems = tuple(problems)
         self.cluster = cluster
         head = f"render of cluster {cluster!r} failed" if cluster else "render failed"

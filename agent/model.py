@@ -43,7 +43,9 @@ class ObjectKey:
     def of(cls, manifest: Manifest) -> ObjectKey:
         group, _ = split_api_version(str(manifest.get("apiVersion", "")))
         meta = manifest.get("metadata") or {}
-        return cls(group, str(manifest.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", "")))
+        return cls(
+            group, str(manifest.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
+        )
 
     @property
     def group_kind(self) -> str:

@@ -1,0 +1,258 @@
+"""The ``gitops-agent`` command line (click).
+
+Commands are thin: they load the config (exit 2 on any config error, before
+any cluster is touched), build the stages and print results. Exit codes:
+0 success, 1 some cluster or object failed, 2 bad input or configuration.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from agent import __version__
+from agent.config import Config, load_config
+from agent.errors import AgentError, ConfigError, LocalClusterError, RenderError, SourceError
+from agent.model import ClusterResult, Outcome
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _load(config_file: str) -> Config:
+    try:
+        return load_config(config_file)
+    except ConfigError as e:
+        click.echo(f"config error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _setup_logging(cfg: Config | None, log_format: str | None, level: str | None) -> None:
+    from agent import logs
+
+    logs.configure(
+        log_format or (cfg.agent.log_format if cfg else "console"),
+        level or (cfg.agent.log_level if cfg else "info"),
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gitops-agent")
+def main() -> None:
+    """Pull-based GitOps agent: render Git per cluster, diff by field owner, apply with server-side apply."""
+
+
+# -- run ------------------------------------------------------------------------
+
+
+def _source(cfg: Config):  # type: ignore[no-untyped-def]
+    from agent.source import GitSource
+
+    return GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git")
+
+
+def format_summary(results: list[ClusterResult]) -> str:
+    """The per-cluster table `run --once` and `demo` print."""
+    rows = [("CLUSTER", "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", "STATUS")]
+    for r in results:
+        status = "ok" if r.ok else f"failed: {(r.error or 'objects failed').splitlines()[0]}"
+        if r.ok and r.prune_refused:
+            status = f"ok (prune refused: {r.prune_refused})"
+        rows.append(
+            (
+                r.cluster,
+                r.revision[:12],
+                str(r.applied),
+                str(r.count(Outcome.UNCHANGED)),
+                str(r.count(Outcome.PRUNED)),
+                str(r.failed),
+                status,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in rows
+    ]
+    for r in results:
+        for res in r.results:
+            if res.outcome is Outcome.FAILED:
+                lines.append(f"  {r.cluster}: {res.key}: HTTP {res.status}: {res.message}")
+    return "\n".join(lines)
+
+
+@main.command()
+@click.option(
+    "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
+)
+@click.option("--once", is_flag=True, help="One pass over every cluster, then exit (0 all ok, 1 any failed).")
+@click.option("--dry-run", is_flag=True, help="Send every write with dryRun=All: change nothing.")
+@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable).")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default=None)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+def run(
+    config_file: str,
+    once: bool,
+    dry_run: bool,
+    clusters: tuple[str, ...],
+    log_format: str | None,
+    log_level: str | None,
+) -> None:
+    """Reconcile every configured cluster from Git (forever, or --once)."""
+    from agent.scheduler import Daemon, Fleet
+
+    cfg = _load(config_file)
+    for name in clusters:
+        try:
+            cfg.cluster(name)
+        except ConfigError as e:
+            click.echo(f"config error: {e}", err=True)
+            sys.exit(EXIT_USAGE)
+    _setup_logging(cfg, log_format, log_level)
+    source = _source(cfg)
+    fleet = Fleet(cfg)
+    if not once:
+        Daemon(cfg, source, fleet).run_forever()
+        return
+    try:
+        revision = source.poll()
+    except SourceError as e:
+        click.echo(f"source error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    results = fleet.reconcile_all(revision, dry_run=dry_run, only=clusters or None)
+    click.echo(format_summary(results))
+    fleet.close()
+    sys.exit(0 if all(r.ok for r in results) else EXIT_FAILED)
+
+
+# -- render ---------------------------------------------------------------------
+
+
+@main.command("render")
+@click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--cluster", "cluster_name", required=True, help="Cluster whose desired state to print.")
+@click.option("--revision", default=None, help="Git ref or commit to render (default: the configured ref).")
+@click.option(
+    "--path",
+    "tree",
+    default=None,
+    type=click.Path(file_okay=False, exists=True),
+    help="Root of a local checkout to render instead of fetching (e.g. a PR's working tree).",
+)
+def render_cmd(config_file: str, cluster_name: str, revision: str | None, tree: str | None) -> None:
+    """Print the rendered YAML stream of one cluster (deterministic)."""
+    from agent.reconcile import render_spec
+    from agent.render import dump_stream, render
+
+    cfg = _load(config_file)
+    try:
+        cluster = cfg.cluster(cluster_name)
+    except ConfigError as e:
+        click.echo(f"config error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if revision and tree:
+        raise click.UsageError("give --revision or --path, not both")
+    try:
+        if tree:
+            root, sha = Path(tree).resolve(), ""
+        else:
+            src = _source(cfg)
+            rev = src.resolve(revision) if revision else src.poll()
+            root, sha = rev.tree, rev.sha
+        desired = render(root, render_spec(cluster), revision=sha)
+    except RenderError as e:
+        click.echo(str(e), err=True)
+        sys.exit(EXIT_USAGE)
+    except SourceError as e:
+        click.echo(f"source error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(dump_stream(desired), nl=False)
+
+
+# -- local control plane --------------------------------------------------------
+
+
+@main.group("local-cluster")
+def local_cluster() -> None:
+    """A real local control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos."""
+
+
+_state_dir = click.option(
+    "--state-dir",
+    default="~/.cache/gitops-agent/clusters",
+    show_default=True,
+    help="Where certificates, data pointers, logs and kubeconfigs live.",
+)
+
+
+@local_cluster.command("start")
+@click.option("--name", required=True)
+@_state_dir
+def lc_start(name: str, state_dir: str) -> None:
+    """Start NAME (a restart if it ran before); prints the admin kubeconfig path last."""
+    from agent import localcluster
+
+    try:
+        lc = localcluster.start(name, Path(state_dir).expanduser())
+    except LocalClusterError as e:
+        click.echo(f"local-cluster: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(str(lc.kubeconfig))
+
+
+@local_cluster.command("stop")
+@click.option("--name", required=True)
+@_state_dir
+def lc_stop(name: str, state_dir: str) -> None:
+    """Stop NAME (thawing it first if frozen); deletes nothing."""
+    from agent import localcluster
+
+    try:
+        localcluster.stop(name, Path(state_dir).expanduser())
+    except LocalClusterError as e:
+        click.echo(f"local-cluster: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@local_cluster.command("token")
+@click.option("--name", required=True)
+@_state_dir
+@click.option(
+    "--service-account", required=True, help="NAMESPACE/NAME of the ServiceAccount (created if missing)."
+)
+def lc_token(name: str, state_dir: str, service_account: str) -> None:
+    """Print the path of a kubeconfig that authenticates with a (revocable) ServiceAccount token."""
+    from agent import localcluster
+
+    if service_account.count("/") != 1:
+        raise click.BadParameter("expected NAMESPACE/NAME", param_hint="--service-account")
+    try:
+        path = localcluster.token(name, Path(state_dir).expanduser(), service_account)
+    except LocalClusterError as e:
+        click.echo(f"local-cluster: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(str(path))
+
+
+# -- demo -----------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--state-dir", default="~/.cache/gitops-agent/demo", show_default=True)
+@click.option("--keep", is_flag=True, help="Leave the two clusters running afterwards.")
+def demo(state_dir: str, keep: bool) -> None:
+    """Two local clusters, a sample repo, a reconcile, a new commit, another reconcile."""
+    from agent import demo as demo_mod
+
+    _setup_logging(None, None, "warning")
+    try:
+        ok = demo_mod.run_demo(Path(state_dir).expanduser(), keep=keep, echo=click.echo)
+    except AgentError as e:
+        click.echo(f"demo failed: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    sys.exit(0 if ok else EXIT_FAILED)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,338 @@
+"""One reconcile pass for one cluster: render → read live → plan → apply → prune.
+
+``ClusterReconciler`` holds what one cluster keeps between passes (its client,
+discovery, schema and render caches) and sequences the stages; it decides
+nothing itself. The scheduler runs one per cluster; the CLI's ``run --once``
+and ``diff`` call it directly. Every failure ends as a ``ClusterResult`` with
+a readable error, never as an exception that could reach another cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import structlog
+
+from agent import apply as apply_stage
+from agent import prune as prune_stage
+from agent.cluster import KubeClient, ListResult, ResourceInfo
+from agent.config import ClusterConfig, Config
+from agent.errors import AgentError, ApiError, RenderError, RenderProblem
+from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids
+from agent.model import (
+    ApplyResult,
+    Change,
+    ClusterResult,
+    DesiredObject,
+    DesiredSet,
+    Manifest,
+    ObjectKey,
+    Outcome,
+    Revision,
+    split_api_version,
+)
+from agent.plan import PlanOptions, plan, plan_object, request_body
+from agent.render import RenderCache, RenderSpec, render
+from agent.schema import SchemaIndex
+
+log = structlog.get_logger("gitops_agent.reconcile")
+ClientFactory = Callable[[ClusterConfig], KubeClient]
+
+
+@dataclass
+class LiveState:
+    """What one pass read from the cluster."""
+
+    objects: dict[ObjectKey, Manifest] = field(default_factory=dict)
+    #: (group, kind) → the listing of that kind completed in this pass.
+    complete: dict[tuple[str, str], bool] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def render_spec(cluster: ClusterConfig) -> RenderSpec:
+    return RenderSpec(
+        cluster=cluster.name,
+        paths=cluster.paths,
+        vars=dict(cluster.vars),
+        exclude=cluster.settings.exclude,
+        helm=cluster.helm,
+        timeout=cluster.settings.render_timeout,
+    )
+
+
+class ClusterReconciler:
+    """Reconciles one cluster; owns that cluster's client and caches."""
+
+    def __init__(
+        self,
+        config: Config,
+        cluster: ClusterConfig,
+        *,
+        client_factory: ClientFactory = KubeClient.from_config,
+        render_cache: RenderCache | None = None,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.field_manager = config.field_manager(cluster)
+        self._client_factory = client_factory
+        self._client: KubeClient | None = None
+        self.render_cache = render_cache or RenderCache()
+        self.schema = SchemaIndex()
+        self._schema_loaded: set[tuple[str, str]] = set()
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            self._client = self._client_factory(self.cluster)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def store(self) -> InventoryStore:
+        return InventoryStore(
+            self.client,
+            name=self.config.agent.name,
+            namespace=self.config.agent.namespace,
+            field_manager=self.field_manager,
+        )
+
+    # -- stages ---------------------------------------------------------------
+
+    def render(self, revision: Revision) -> DesiredSet:
+        spec = render_spec(self.cluster)
+        cached = self.render_cache.get(revision.sha, spec)
+        if cached is not None:
+            return cached
+        desired = render(revision.tree, spec, revision=revision.sha)
+        self.render_cache.put(revision.sha, spec, desired)
+        return desired
+
+    def prepare(self, desired: DesiredSet, inventory_id: str) -> list[DesiredObject]:
+        """Default namespaces, refuse namespaced-ness mistakes, add our membership label."""
+        disc = self.client.discovery()
+        crd_scopes = _crd_scopes(desired.objects)
+        out: list[DesiredObject] = []
+        problems: list[RenderProblem] = []
+        for obj in desired.objects:
+            m = copy.deepcopy(obj.manifest)
+            meta = m.setdefault("metadata", {})
+            group = obj.key.group
+            info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
+            namespaced = info.namespaced if info else crd_scopes.get((group, obj.key.kind))
+            if namespaced is None:
+                namespaced = bool(meta.get("namespace"))  # unknown kind: keep as written; apply reports it
+            if namespaced and not meta.get("namespace"):
+                meta["namespace"] = self.cluster.settings.default_namespace
+            elif not namespaced and meta.get("namespace"):
+                problems.append(
+                    RenderProblem(
+                        obj.provenance.file,
+                        f"{obj.key.kind} {meta.get('name')} is cluster-scoped but sets a namespace",
+                        line=obj.provenance.line,
+                    )
+                )
+                continue
+            meta.setdefault("labels", {})[PART_OF] = inventory_id
+            out.append(DesiredObject(m, obj.provenance))
+        if problems:
+            raise RenderError(problems, cluster=self.cluster.name)
+        return out
+
+    def read_live(self, keys: Iterable[ObjectKey], desired: list[DesiredObject]) -> LiveState:
+        """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded."""
+        state = LiveState()
+        wanted: dict[tuple[str, str], set[ObjectKey]] = {}
+        for k in keys:
+            wanted.setdefault((k.group, k.kind), set()).add(k)
+        crd_kinds = set(_crd_scopes(desired))
+        disc = self.client.discovery()
+        for gk, members in sorted(wanted.items()):
+            info = disc.find_group_kind(*gk)
+            if info is None:
+                # Served nowhere: a kind a CRD in this commit adds has no objects yet.
+                state.complete[gk] = gk in crd_kinds
+                if gk not in crd_kinds:
+                    state.errors.append(f"kind {gk[1]}.{gk[0]} is not served by the cluster")
+                continue
+            try:
+                items = self._list(info, members)
+            except ApiError as e:
+                if apply_stage.cluster_level(e):
+                    raise
+                state.complete[gk] = False
+                state.errors.append(f"listing {info.kind}: {e}")
+                continue
+            state.complete[gk] = True
+            for it in items:
+                k = ObjectKey.of(it)
+                if k in members:
+                    state.objects[k] = it
+        return state
+
+    def _list(self, info: ResourceInfo, members: set[ObjectKey]) -> list[Manifest]:
+        try:
+            whole: ListResult | None = self.client.list(info)
+        except ApiError as e:
+            if e.status != 403 or not info.namespaced:
+                raise
+            whole = None  # namespaced RBAC: one LIST per namespace we care about
+        results = (
+            [whole]
+            if whole is not None
+            else [self.client.list(info, namespace=ns) for ns in sorted({k.namespace for k in members})]
+        )
+        items: list[Manifest] = []
+        for r in results:
+            if not r.complete:
+                raise ApiError(self.client.name, 410, f"listing {info.kind} expired before it completed")
+            items.extend(r.items)
+        return items
+
+    def load_schema(self, objs: Iterable[DesiredObject]) -> None:
+        """OpenAPI v3 per group-version, once per client lifetime (list-map keys, int-or-string)."""
+        for group, version in sorted({split_api_version(o.api_version) for o in objs}):
+            gv = (group, version)
+            if gv in self._schema_loaded:
+                continue
+            try:
+                self.schema.add_document(self.client.openapi_v3(group, version))
+            except ApiError as e:
+                if apply_stage.cluster_level(e):
+                    raise
+                # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply.
+            self._schema_loaded.add(gv)
+
+    # -- the pass ---------------------------------------------------------------
+
+    def reconcile(self, revision: Revision, *, dry_run: bool = False) -> ClusterResult:
+        result = ClusterResult(self.cluster.name, revision.sha, started=datetime.now(UTC), dry_run=dry_run)
+        bound = log.bind(cluster=self.cluster.name, revision=revision.short)
+        try:
+            self._pass(revision, result, dry_run=dry_run)
+        except RenderError as e:
+            result.error = str(e)
+            bound.error("render failed; nothing applied or pruned", error=str(e))
+        except AgentError as e:
+            result.error = str(e)
+            bound.error("reconcile failed", error=str(e))
+        result.finished = datetime.now(UTC)
+        return result
+
+    def _pass(self, revision: Revision, result: ClusterResult, *, dry_run: bool) -> None:
+        desired_set = self.render(revision)
+        store = self.store
+        inventory = store.load()
+        if inventory.suspended:
+            result.error = None
+            result.prune_refused = "cluster suspended (annotation on the ApplySet parent)"
+            return
+        desired = self.prepare(desired_set, store.id)
+        by_key = {o.key: o for o in desired}
+        self.load_schema(desired)
+        live = self.read_live(set(by_key) | inventory.keys(), desired)
+        options = PlanOptions(
+            field_manager=self.field_manager,
+            rules=self.config.conflict_rules,
+            schema=self.schema,
+            adopt=self.cluster.settings.adopt,
+            membership_label=(PART_OF, store.id),
+        )
+        the_plan = plan(
+            self.cluster.name, revision.sha, desired, {k: live.objects.get(k) for k in by_key}, options
+        )
+        if not dry_run:
+            if not inventory.exists:
+                store.ensure_namespace()
+            wider = {k: inventory.members.get(k) or Member(k) for k in by_key} | inventory.members
+            if set(wider) != set(inventory.members):
+                store.write(wider.values())  # widen before applying (invariant 10)
+        apply_opts = apply_stage.ApplyOptions(
+            field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
+        )
+
+        def replan(key: ObjectKey, fresh: Manifest | None) -> Change:
+            return plan_object(by_key[key], fresh, options)
+
+        def body_for(change: Change) -> Manifest | None:
+            return request_body(change, by_key[change.key])
+
+        result.results.extend(
+            apply_stage.apply_changes(self.client, the_plan.changes, apply_opts, replan, body_for)
+        )
+        decision = prune_stage.decide(
+            inventory,
+            set(by_key),
+            live.objects,
+            live.complete,
+            self._prune_options(store.id, dry_run),
+            render_empty=desired_set.empty,
+        )
+        if decision.refused:
+            result.prune_refused = decision.refused
+            if live.errors:
+                result.prune_refused += " [" + "; ".join(live.errors) + "]"
+        result.results.extend(
+            prune_stage.execute(self.client, decision, self._prune_options(store.id, dry_run))
+        )
+        if not dry_run:
+            self._narrow(store, inventory, by_key, live, result.results)
+
+    def _prune_options(self, inventory_id: str, dry_run: bool) -> prune_stage.PruneOptions:
+        s = self.cluster.settings
+        return prune_stage.PruneOptions(
+            field_manager=self.field_manager,
+            inventory_id=inventory_id,
+            enabled=s.prune,
+            allow_empty=s.allow_empty,
+            max_prune_fraction=s.max_prune_fraction,
+            brake_min_inventory=s.brake_min_inventory,
+            max_prune=s.max_prune,
+            propagation=s.propagation_policy,
+            dry_run=dry_run,
+        )
+
+    def _narrow(
+        self,
+        store: InventoryStore,
+        inventory: Inventory,
+        desired: dict[ObjectKey, DesiredObject],
+        live: LiveState,
+        results: list[ApplyResult],
+    ) -> None:
+        """Members after this pass: desired plus what could not be removed; UIDs recorded."""
+        done = {r.key for r in results if r.outcome in (Outcome.PRUNED, Outcome.ORPHANED)}
+        gone = {
+            k
+            for k in inventory.members
+            if k not in desired and k not in live.objects and live.complete.get((k.group, k.kind))
+        }
+        keep = [m for k, m in inventory.members.items() if k not in done and k not in gone]
+        members = {m.key: m for m in keep}
+        for k in desired:
+            members.setdefault(k, Member(k))
+        uids = {k: (obj.get("metadata") or {}).get("uid", "") for k, obj in live.objects.items()}
+        uids.update(
+            {r.key: r.uid for r in results if r.uid and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
+        )
+        new = {m.key: m for m in record_uids(members.values(), uids)}
+        if new != inventory.members:
+            store.write(new.values())
+
+
+def _crd_scopes(objs: Iterable[DesiredObject]) -> dict[tuple[str, str], bool]:
+    """(group, kind) → namespaced, for kinds defined by CRDs in the desired set."""
+    scopes: dict[tuple[str, str], bool] = {}
+    for o in objs:
+        if (o.key.group, o.key.kind) == apply_stage.CRD_KEY:
+            spec = o.manifest.get("spec") or {}
+            kind = (spec.get("names") or {}).get("kind")
+            if kind:
+                scopes[(str(spec.get("group", "")), str(kind))] = spec.get("scope") == "Namespaced"
+    return scopes

@@ -170,6 +170,50 @@ def render_cmd(config_file: str, cluster_name: str, revision: str | None, tree: 
     click.echo(dump_stream(desired), nl=False)
 
 
+# -- prune ----------------------------------------------------------------------
+
+
+@main.group("prune")
+def prune_group() -> None:
+    """Operator decisions about deletions the agent refused on its own."""
+
+
+@prune_group.command("approve")
+@click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--cluster", "cluster_name", required=True)
+@click.option(
+    "--digest", required=True, help="The digest the mass-deletion brake reported for the exact prune set."
+)
+def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
+    """Approve one exact prune set that the mass-deletion brake stopped (any change to the set voids it)."""
+    from agent.inventory import PRUNE_APPROVAL, InventoryStore
+    from agent.reconcile import ClusterReconciler
+
+    cfg = _load(config_file)
+    try:
+        cluster = cfg.cluster(cluster_name)
+    except ConfigError as e:
+        click.echo(f"config error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not digest.isalnum():
+        raise click.BadParameter("a digest is hexadecimal, as printed by the refusal", param_hint="--digest")
+    rec = ClusterReconciler(cfg, cluster)
+    try:
+        store: InventoryStore = rec.store
+        if not store.load().exists:
+            click.echo(f"cluster {cluster_name!r} has no inventory yet: nothing to approve", err=True)
+            sys.exit(EXIT_FAILED)
+        store.set_annotation(PRUNE_APPROVAL, digest)
+    except AgentError as e:
+        click.echo(f"prune approve: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    finally:
+        rec.close()
+    click.echo(
+        f"approved prune set {digest} for cluster {cluster_name}; the next pass deletes exactly that set"
+    )
+
+
 # -- local control plane --------------------------------------------------------
 
 

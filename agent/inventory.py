@@ -159,7 +159,13 @@ class InventoryStore:
     def set_annotation(self, key: str, value: str | None) -> None:
         """Operator state (suspend, approvals) via a plain merge patch: it must not touch members."""
         info = self._info()
-        self.client.patch(info, self.namespace, self.name, {"metadata": {"annotations": {key: value}}})
+        self.client.patch(
+            info,
+            self.namespace,
+            self.name,
+            {"metadata": {"annotations": {key: value}}},
+            field_manager=f"{self.field_manager}-operator",
+        )
 
 
 def widen(inv: Inventory, keys: Iterable[ObjectKey]) -> list[Member]:

@@ -244,9 +244,10 @@ class ClusterReconciler:
             adopt=self.cluster.settings.adopt,
             membership_label=(PART_OF, store.id),
         )
-        the_plan = plan(
-            self.cluster.name, revision.sha, desired, {k: live.objects.get(k) for k in by_key}, options
-        )
+        # Objects whose kind could not be listed are left out: the planner skips them
+        # (live state unknown) instead of mistaking them for absent.
+        known = {k: live.objects.get(k) for k in by_key if live.complete.get((k.group, k.kind))}
+        the_plan = plan(self.cluster.name, revision.sha, desired, known, options)
         if not dry_run:
             if not inventory.exists:
                 store.ensure_namespace()

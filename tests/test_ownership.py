@@ -1,0 +1,242 @@
+"""Who owns what, on a real API server (invariants 4, 5, 9 and adoption).
+
+Foreign labels, annotations and HPA-owned replicas survive many reconciles;
+a hand edit of a Git-declared field is reverted and reported as drift;
+`reconcile: disabled` and `prune: disabled` end ownership on purpose without
+changing content; existing objects are adopted per `adopt`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import localcluster
+from agent.inventory import PART_OF
+from agent.model import Outcome
+from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.clusters import ClusterPool, kubectl
+
+pytestmark = pytest.mark.cluster
+
+
+def deployment(ns: str, *, image: str = "nginx:1.27", replicas: int | None = 2) -> str:
+    reps = f"  replicas: {replicas}\n" if replicas is not None else ""
+    return (
+        f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\n"
+        f"  labels:\n    app: web\nspec:\n{reps}  selector:\n    matchLabels: {{app: web}}\n"
+        f"  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n"
+        f"        - name: web\n          image: {image}\n"
+    )
+
+
+def namespace_doc(ns: str) -> str:
+    return f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+
+
+def get(kubeconfig: Path, *args: str) -> dict[str, Any]:
+    out = kubectl(kubeconfig, "get", *args, "-o", "json", "--show-managed-fields")
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def scale_as_hpa(kubeconfig: Path, ns: str, replicas: int) -> None:
+    """What an HPA does: write spec.replicas through /scale as kube-controller-manager."""
+    kubectl(
+        kubeconfig,
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--subresource=scale",
+        "--type=merge",
+        "--field-manager=kube-controller-manager",
+        "-p",
+        json.dumps({"spec": {"replicas": replicas}}),
+    )
+
+
+def test_never_revert_foreign_labels_annotations_and_hpa_replicas_over_20_reconciles(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("own")
+    files = {"clusters/pool-a/app.yaml": namespace_doc(ns) + "---\n" + deployment(ns)}
+    repo = make_repo(tmp_path, files)
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        kubectl(a.kubeconfig, "label", "deployment", "web", "-n", ns, "team=payments")
+        kubectl(a.kubeconfig, "annotate", "deployment", "web", "-n", ns, "owner/note=keep-me")
+        scale_as_hpa(a.kubeconfig, ns, 5)
+        for _ in range(20):
+            r = agent.reconcile()["pool-a"]
+            assert r.ok and r.count(Outcome.FAILED) == 0
+        live = get(a.kubeconfig, "deployment", "web", "-n", ns)
+        assert live["metadata"]["labels"]["team"] == "payments"
+        assert live["metadata"]["annotations"]["owner/note"] == "keep-me"
+        assert live["spec"]["replicas"] == 5  # yielded to the HPA, never fought
+        assert live["metadata"]["labels"][PART_OF]
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_drift_a_kubectl_edit_of_a_declared_field_is_reverted_and_reported(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("own")
+    repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": namespace_doc(ns) + "---\n" + deployment(ns)})
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        # `kubectl edit` writes as manager kubectl-edit (operation Update).
+        patch = json.dumps(
+            {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "evil:1"}]}}}}
+        )
+        kubectl(
+            a.kubeconfig, "patch", "deployment", "web", "-n", ns, "--field-manager=kubectl-edit", "-p", patch
+        )
+        r = agent.reconcile()["pool-a"]
+        assert r.ok
+        (res,) = [x for x in r.results if x.key.kind == "Deployment"]
+        assert res.outcome is Outcome.CONFIGURED and "image" in res.message
+        live = get(a.kubeconfig, "deployment", "web", "-n", ns)
+        assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
+        assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 2
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("own")
+
+    def cm(name: str, value: str) -> str:
+        return (
+            f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"
+            f"  namespace: {ns}\ndata:\n  k: {value}\n"
+        )
+
+    repo = make_repo(
+        tmp_path,
+        {"clusters/pool-a/x.yaml": "---\n".join([namespace_doc(ns), cm("frozen", "v1"), cm("kept", "v1")])},
+    )
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        kubectl(
+            a.kubeconfig, "annotate", "configmap", "frozen", "-n", ns, "gitops-agent.io/reconcile=disabled"
+        )
+        kubectl(a.kubeconfig, "annotate", "configmap", "kept", "-n", ns, "gitops-agent.io/prune=disabled")
+        before = get(a.kubeconfig, "configmap", "kept", "-n", ns)
+        # Git changes the disabled one and drops the other.
+        repo.commit({"clusters/pool-a/x.yaml": "---\n".join([namespace_doc(ns), cm("frozen", "v2")])})
+        r = agent.reconcile()["pool-a"]
+        assert r.ok, r.error
+        by_name = {x.key.name: x for x in r.results}
+        assert by_name["frozen"].outcome is Outcome.SKIPPED
+        assert by_name["kept"].outcome is Outcome.ORPHANED
+        assert get(a.kubeconfig, "configmap", "frozen", "-n", ns)["data"]["k"] == "v1"
+        after = get(a.kubeconfig, "configmap", "kept", "-n", ns)
+        assert after["data"] == before["data"] and after["metadata"]["uid"] == before["metadata"]["uid"]
+        assert PART_OF not in after["metadata"].get("labels", {})
+        managers = {(e["manager"], e["operation"]) for e in after["metadata"]["managedFields"]}
+        assert (agent.config.agent.name, "Apply") not in managers
+        # Nothing is tracked after the agent stops owning it: later passes leave it alone.
+        r2 = agent.reconcile()["pool-a"]
+        assert "kept" not in {x.key.name for x in r2.results}
+        assert (
+            get(a.kubeconfig, "configmap", "kept", "-n", ns)["metadata"]["uid"] == before["metadata"]["uid"]
+        )
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "foreign_apply", "adopted"),
+    [
+        ("if-unowned", False, True),
+        ("if-unowned", True, False),
+        ("never", False, False),
+        ("always", False, True),
+    ],
+)
+def test_adopt_existing_objects_per_mode(
+    tmp_path: Path, cluster_pool: ClusterPool, mode: str, foreign_apply: bool, adopted: bool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("adopt")
+    kubectl(a.kubeconfig, "create", "namespace", ns)
+    cm = (
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+        f"  name: existing\n  namespace: {ns}\ndata:\n  k: from-git\n"
+    )
+    if foreign_apply:
+        localcluster.kubectl(
+            a.kubeconfig,
+            "apply",
+            "--server-side",
+            "--field-manager=other-tool",
+            "-f",
+            "-",
+            stdin=cm.replace("from-git", "theirs"),
+        )
+    else:
+        localcluster.kubectl(a.kubeconfig, "create", "-f", "-", stdin=cm.replace("from-git", "theirs"))
+    repo = make_repo(tmp_path, {"clusters/pool-a/cm.yaml": cm})
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, defaults=f'adopt = "{mode}"'))
+    try:
+        r = agent.reconcile()["pool-a"]
+        (res,) = r.results
+        live = get(a.kubeconfig, "configmap", "existing", "-n", ns)
+        if adopted:
+            assert res.outcome is Outcome.CONFIGURED
+            assert live["data"]["k"] == "from-git" and PART_OF in live["metadata"]["labels"]
+        else:
+            assert res.outcome is Outcome.SKIPPED and res.message
+            assert live["data"]["k"] == "theirs" and PART_OF not in (live["metadata"].get("labels") or {})
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_adopt_always_takes_membership_but_yields_fields_another_applier_owns(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    """`always` adopts the object; invariant 5 still decides each conflicting field (default: yield)."""
+    a = cluster_pool["pool-a"]
+    ns = unique("adopt")
+    kubectl(a.kubeconfig, "create", "namespace", ns)
+    cm = (
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+        f"  name: existing\n  namespace: {ns}\ndata:\n  k: from-git\n"
+    )
+    localcluster.kubectl(
+        a.kubeconfig,
+        "apply",
+        "--server-side",
+        "--field-manager=other-tool",
+        "-f",
+        "-",
+        stdin=cm.replace("from-git", "theirs"),
+    )
+    repo = make_repo(tmp_path, {"clusters/pool-a/cm.yaml": cm})
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, defaults='adopt = "always"'))
+    try:
+        (res,) = agent.reconcile()["pool-a"].results
+        assert res.outcome is Outcome.CONFIGURED
+        live = get(a.kubeconfig, "configmap", "existing", "-n", ns)
+        assert PART_OF in live["metadata"]["labels"]
+        assert live["data"]["k"] == "theirs"  # other-tool's field: yielded, not forced
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)

@@ -1,0 +1,255 @@
+"""Deletion only on positive evidence, on real API servers (invariants 1, 2, 3).
+
+For each fault — a cluster stopped mid-pass, revoked credentials, a kind whose
+LIST is forbidden, a render error, an empty render — an object removed from
+Git is NOT deleted and the reason is reported; with the fault cleared, the
+next pass prunes it. The mass-deletion brake holds until the exact set is
+approved with `gitops-agent prune approve`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent import localcluster
+from agent.model import Outcome
+from agent.reconcile import ClusterReconciler, LiveState
+from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.clusters import ClusterControl, ClusterPool, kubectl
+
+pytestmark = pytest.mark.cluster
+
+
+def configmaps(ns: str, names: list[str], *, cluster: str = "pool-a") -> dict[str, str]:
+    docs = [f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"]
+    docs += [
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {n}\n  namespace: {ns}\ndata:\n  k: v\n"
+        for n in names
+    ]
+    return {f"clusters/{cluster}/objects.yaml": "---\n".join(docs)}
+
+
+def exists(kubeconfig: Path, kind: str, name: str, ns: str) -> bool:
+    out = kubectl(kubeconfig, "get", kind, name, "-n", ns, "--ignore-not-found", "-o", "name")
+    return bool(out.strip())
+
+
+def cleanup(kubeconfig: Path, ns: str) -> None:
+    kubectl(kubeconfig, "delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+
+
+def test_unknown_is_not_absent_cluster_stopped_mid_pass_prunes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool, cluster_ctl: ClusterControl
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    repo = make_repo(tmp_path, configmaps(ns, ["keep", "gone"]))
+    cfg = write_config(tmp_path, repo, {"pool-a": a})
+    agent = Agent(cfg)
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        repo.commit(configmaps(ns, ["keep"]))
+        revision = agent.revision()
+
+        class StopsMidPass(ClusterReconciler):
+            def read_live(self, *args: object, **kw: object) -> LiveState:
+                cluster_ctl.stop(a)  # the inventory was read; now the cluster goes away
+                return super().read_live(*args, **kw)  # type: ignore[arg-type]
+
+        rec = StopsMidPass(cfg, cfg.clusters[0])
+        result = rec.reconcile(revision)
+        rec.close()
+        assert not result.ok and "connection refused" in (result.error or "")
+        assert result.count(Outcome.PRUNED) == 0
+        a = cluster_ctl.start(a)
+        assert exists(a.kubeconfig, "configmap", "gone", ns)
+
+        healed = Agent(write_config(tmp_path, repo, {"pool-a": a}, agent=cfg.agent.name)).reconcile()[
+            "pool-a"
+        ]
+        assert healed.ok and healed.count(Outcome.PRUNED) == 1
+        assert not exists(a.kubeconfig, "configmap", "gone", ns)
+    finally:
+        agent.close()
+        cleanup(cluster_pool["pool-a"].kubeconfig, ns)
+
+
+def test_unknown_is_not_absent_revoked_credentials_prune_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool, cluster_ctl: ClusterControl
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    sa = f"default/{unique('agent')}"
+    token = cluster_ctl.token(a, sa)
+    repo = make_repo(tmp_path, configmaps(ns, ["keep", "gone"]))
+    name = unique("agent")
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": token}, agent=name))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        repo.commit(configmaps(ns, ["keep"]))
+        cluster_ctl.revoke(a, sa)
+        result = agent.reconcile()["pool-a"]
+        assert not result.ok and "401" in (result.error or "")
+        assert exists(a.kubeconfig, "configmap", "gone", ns)
+
+        fresh = cluster_ctl.token(a, f"default/{unique('agent')}")
+        healed = Agent(write_config(tmp_path, repo, {"pool-a": fresh}, agent=name)).reconcile()["pool-a"]
+        assert healed.ok and healed.count(Outcome.PRUNED) == 1
+        assert not exists(a.kubeconfig, "configmap", "gone", ns)
+    finally:
+        agent.close()
+        cleanup(a.kubeconfig, ns)
+
+
+def test_unknown_is_not_absent_forbidden_list_of_one_kind_prunes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool, cluster_ctl: ClusterControl
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    role = unique("no-list-secrets")
+    # Everything the agent needs, except LIST on Secrets.
+    rbac = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": role},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps", "namespaces"], "verbs": ["*"]},
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get", "create", "patch", "update", "delete"],
+            },
+        ],
+    }
+    localcluster.kubectl(a.kubeconfig, "apply", "--server-side", "-f", "-", stdin=json.dumps(rbac))
+    sa = f"default/{unique('agent')}"
+    limited = cluster_ctl.token(a, sa, cluster_role=role)
+    secret = (
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {n}\n  namespace: " + ns + "\nstringData:\n  k: v\n"
+    )
+    files = configmaps(ns, ["keep"])
+    both = {"clusters/pool-a/secrets.yaml": secret.format(n="s1") + "---\n" + secret.format(n="s2")}
+    repo = make_repo(tmp_path, files | both)
+    name = unique("agent")
+    admin = Agent(write_config(tmp_path, repo, {"pool-a": a}, agent=name))
+    try:
+        assert admin.reconcile()["pool-a"].ok
+        repo.commit(files | {"clusters/pool-a/secrets.yaml": secret.format(n="s1")})
+        restricted = Agent(write_config(tmp_path, repo, {"pool-a": limited}, agent=name))
+        result = restricted.reconcile()["pool-a"]
+        restricted.close()
+        assert result.prune_refused and "Secret" in result.prune_refused
+        assert result.count(Outcome.PRUNED) == 0
+        assert exists(a.kubeconfig, "secret", "s2", ns)
+
+        healed = admin.reconcile()["pool-a"]
+        assert healed.ok and healed.count(Outcome.PRUNED) == 1
+        assert not exists(a.kubeconfig, "secret", "s2", ns)
+    finally:
+        admin.close()
+        kubectl(a.kubeconfig, "delete", "clusterrole", role, check=False)
+        cleanup(a.kubeconfig, ns)
+
+
+def test_fail_closed_render_error_applies_and_prunes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    repo = make_repo(tmp_path, configmaps(ns, ["keep", "gone"]))
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        broken = configmaps(ns, ["keep"]) | {
+            "clusters/pool-a/broken.yaml": "kind: ConfigMap\nmetadata: {name: [\n"
+        }
+        repo.commit(broken)
+        result = agent.reconcile()["pool-a"]
+        assert not result.ok and "broken.yaml" in (result.error or "")
+        assert result.results == []  # nothing applied, nothing pruned
+        assert exists(a.kubeconfig, "configmap", "gone", ns)
+
+        repo.commit(configmaps(ns, ["keep"]))
+        healed = agent.reconcile()["pool-a"]
+        assert healed.ok and healed.count(Outcome.PRUNED) == 1
+    finally:
+        agent.close()
+        cleanup(a.kubeconfig, ns)
+
+
+def test_fail_closed_empty_render_prunes_nothing_unless_allow_empty(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    repo = make_repo(tmp_path, configmaps(ns, ["one", "two"]))
+    name = unique("agent")
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, agent=name))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        repo.commit({"clusters/pool-a/README.md": "nothing here any more\n"})
+        result = agent.reconcile()["pool-a"]
+        assert result.ok and "empty" in (result.prune_refused or "")
+        assert exists(a.kubeconfig, "configmap", "one", ns) and exists(a.kubeconfig, "namespace", ns, ns)
+
+        allowing = Agent(
+            write_config(tmp_path, repo, {"pool-a": a}, agent=name, defaults="allow_empty = true")
+        )
+        healed = allowing.reconcile()["pool-a"]
+        allowing.close()
+        assert healed.ok and healed.count(Outcome.PRUNED) == 3
+    finally:
+        agent.close()
+        cleanup(a.kubeconfig, ns)
+
+
+def test_mass_deletion_brake_holds_until_the_exact_set_is_approved(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("brake")
+    names = [f"cm{i}" for i in range(10)]
+    repo = make_repo(tmp_path, configmaps(ns, names))
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        assert agent.reconcile()["pool-a"].count(Outcome.CREATED) == 11
+        repo.commit(configmaps(ns, names[:2]))  # 80% of the objects leave Git
+        braked = agent.reconcile()["pool-a"]
+        assert braked.count(Outcome.PRUNED) == 0
+        refusal = braked.prune_refused or ""
+        assert "mass-deletion brake" in refusal
+        digest = refusal.split("--digest ")[1].split("`")[0]
+        assert all(exists(a.kubeconfig, "configmap", n, ns) for n in names)
+        assert agent.reconcile()["pool-a"].count(Outcome.PRUNED) == 0  # still held on the next pass
+
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent.cli",
+                "prune",
+                "approve",
+                "--config",
+                agent.config.file,
+                "--cluster",
+                "pool-a",
+                "--digest",
+                digest,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        approved = agent.reconcile()["pool-a"]
+        assert approved.count(Outcome.PRUNED) == 8 and approved.prune_refused is None
+        assert [n for n in names if exists(a.kubeconfig, "configmap", n, ns)] == names[:2]
+    finally:
+        agent.close()
+        cleanup(a.kubeconfig, ns)

@@ -1,0 +1,203 @@
+"""Re-adopt, don't recreate (invariant 8), after the two shapes a restore takes.
+
+In place: managedFields stripped (``[{}]`` through a plain patch) and
+ownerReferences removed on 50 applied objects, a foreign label added — the
+next pass takes back only Git's paths: same UIDs, no delete event, the label
+kept, our Apply entry back. Re-created: 10 objects deleted and created again
+from their saved manifests by ``velero`` — re-adopted without deletion, and a
+later Git change to them is applied.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import localcluster
+from agent.model import Outcome
+from agent.tools import tool
+from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.clusters import ClusterPool, kubectl
+
+pytestmark = pytest.mark.cluster
+
+
+def objects(ns: str, n: int, value: str = "v1") -> dict[str, str]:
+    docs = [f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"]
+    docs += [
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+        f"  name: cm{i:02d}\n  namespace: {ns}\ndata:\n  k: {value}\n"
+        for i in range(n)
+    ]
+    return {"clusters/pool-a/objects.yaml": "---\n".join(docs)}
+
+
+def list_cms(kubeconfig: Path, ns: str) -> dict[str, dict[str, Any]]:
+    out = json.loads(
+        kubectl(kubeconfig, "get", "configmaps", "-n", ns, "-o", "json", "--show-managed-fields")
+    )
+    return {i["metadata"]["name"]: i for i in out["items"] if i["metadata"]["name"].startswith("cm")}
+
+
+class DeleteWatch:
+    """``kubectl get --watch`` in the background: records every DELETED event in a namespace."""
+
+    def __init__(self, kubeconfig: Path, ns: str) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(tool("kubectl")),
+                "--kubeconfig",
+                str(kubeconfig),
+                "get",
+                "configmaps",
+                "-n",
+                ns,
+                "--watch-only",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        time.sleep(1.0)  # the watch must be established before the pass starts
+
+    def deleted(self) -> list[str]:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        decoder, pos, names = json.JSONDecoder(), 0, []
+        text = out.strip()
+        while pos < len(text):
+            event, end = decoder.raw_decode(text, pos)
+            if event.get("type") == "DELETED":
+                names.append(event["object"]["metadata"]["name"])
+            pos = end
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        return names
+
+
+def test_readopt_in_place_after_managed_fields_and_owner_references_were_stripped(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("restore")
+    repo = make_repo(tmp_path, objects(ns, 50))
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    manager = agent.config.agent.name
+    try:
+        assert agent.reconcile()["pool-a"].count(Outcome.CREATED) == 51
+        before = list_cms(a.kubeconfig, ns)
+        owner = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "cm00",
+            "uid": before["cm00"]["metadata"]["uid"],
+        }
+        for name in before:
+            # What a restore leaves: no managedFields, no ownerReferences, plus someone's label.
+            kubectl(
+                a.kubeconfig,
+                "patch",
+                "configmap",
+                name,
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                json.dumps({"metadata": {"ownerReferences": [owner]}}),
+            )
+            kubectl(
+                a.kubeconfig,
+                "patch",
+                "configmap",
+                name,
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                json.dumps(
+                    {
+                        "metadata": {
+                            "managedFields": [{}],
+                            "ownerReferences": None,
+                            "labels": {"restored-by": "velero"},
+                        }
+                    }
+                ),
+            )
+        stripped = list_cms(a.kubeconfig, ns)
+        assert all(
+            manager not in {e["manager"] for e in o["metadata"].get("managedFields", [])}
+            for o in stripped.values()
+        )
+
+        watch = DeleteWatch(a.kubeconfig, ns)
+        r = agent.reconcile()["pool-a"]
+        deleted = watch.deleted()
+        assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
+        assert deleted == []
+        after = list_cms(a.kubeconfig, ns)
+        for name, obj in after.items():
+            meta = obj["metadata"]
+            assert meta["uid"] == before[name]["metadata"]["uid"]
+            assert meta["labels"]["restored-by"] == "velero"
+            assert any(e["manager"] == manager and e["operation"] == "Apply" for e in meta["managedFields"])
+        # And converged: the pass after is a no-op.
+        assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 51
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_readopt_objects_a_restore_tool_recreated_under_its_own_manager(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("restore")
+    repo = make_repo(tmp_path, objects(ns, 10))
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    manager = agent.config.agent.name
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        saved = list_cms(a.kubeconfig, ns)
+        kubectl(a.kubeconfig, "delete", "configmaps", "-n", ns, *saved)
+        for obj in saved.values():
+            meta = obj["metadata"]
+            clean = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "data": obj["data"],
+                "metadata": {"name": meta["name"], "namespace": ns, "labels": meta["labels"]},
+            }
+            localcluster.kubectl(
+                a.kubeconfig, "create", "--field-manager=velero", "-f", "-", stdin=json.dumps(clean)
+            )
+        recreated = list_cms(a.kubeconfig, ns)
+        assert all(recreated[n]["metadata"]["uid"] != saved[n]["metadata"]["uid"] for n in saved)
+
+        watch = DeleteWatch(a.kubeconfig, ns)
+        r = agent.reconcile()["pool-a"]
+        assert watch.deleted() == []
+        assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
+        after = list_cms(a.kubeconfig, ns)
+        for name, obj in after.items():
+            assert obj["metadata"]["uid"] == recreated[name]["metadata"]["uid"]
+            assert any(
+                e["manager"] == manager and e["operation"] == "Apply"
+                for e in obj["metadata"]["managedFields"]
+            )
+
+        repo.commit(objects(ns, 10, value="v2"))
+        changed = agent.reconcile()["pool-a"]
+        assert changed.ok and changed.count(Outcome.CONFIGURED) == 10
+        assert {o["data"]["k"] for o in list_cms(a.kubeconfig, ns).values()} == {"v2"}
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)

@@ -281,3 +281,41 @@ def test_secret_values_are_applied_but_never_appear_in_results(
     finally:
         agent.close()
         kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_write_between_plan_and_apply_gets_409_and_the_object_is_replanned(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    """The planned resourceVersion rides along: an interleaved write is never overwritten blindly."""
+    from agent import apply as apply_stage
+
+    a = cluster_pool["pool-a"]
+    ns = unique("race")
+    cm = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: raced\n  namespace: {ns}\ndata:\n  k: v1\n"
+    repo = make_repo(tmp_path, {"clusters/pool-a/x.yaml": ns_doc(ns) + "---\n" + cm})
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    original = apply_stage._send
+    calls: list[str] = []
+
+    def racing_send(client, change, body, options):  # type: ignore[no-untyped-def]
+        if change.key.name == "raced" and not calls:
+            # Someone else writes after our plan was made (a label: not a field we declare).
+            kubectl(a.kubeconfig, "label", "configmap", "raced", "-n", ns, "racer=yes")
+        calls.append(change.resource_version or "")
+        return original(client, change, body, options)
+
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        repo.commit({"clusters/pool-a/x.yaml": ns_doc(ns) + "---\n" + cm.replace("k: v1", "k: v2")})
+        apply_stage._send = racing_send  # type: ignore[assignment]
+        try:
+            r = agent.reconcile()["pool-a"]
+        finally:
+            apply_stage._send = original  # type: ignore[assignment]
+        assert r.ok, r.results
+        assert len(calls) == 2 and calls[0] != calls[1]  # 409 on the stale version, then re-planned
+        live = get(a.kubeconfig, "configmap", "raced", "-n", ns)
+        assert live["data"]["k"] == "v2" and live["metadata"]["labels"]["racer"] == "yes"
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)

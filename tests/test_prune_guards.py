@@ -253,3 +253,34 @@ def test_mass_deletion_brake_holds_until_the_exact_set_is_approved(
     finally:
         agent.close()
         cleanup(a.kubeconfig, ns)
+
+
+def test_a_namespace_that_still_holds_objects_we_do_not_own_is_reported_not_deleted(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns, other = unique("hold"), unique("keep")
+    repo = make_repo(
+        tmp_path,
+        configmaps(ns, ["ours"])
+        | {"clusters/pool-a/ns2.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {other}\n"},
+    )
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        kubectl(a.kubeconfig, "create", "configmap", "users-data", "-n", ns, "--from-literal=k=v")
+        repo.commit(
+            {"clusters/pool-a/ns2.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {other}\n"}
+        )
+        r = agent.reconcile()["pool-a"]
+        by_name = {x.key.name: x for x in r.results}
+        assert by_name["ours"].outcome is Outcome.PRUNED
+        assert by_name[ns].outcome is Outcome.PRUNE_SKIPPED and "users-data" in by_name[ns].message
+        assert exists(a.kubeconfig, "configmap", "users-data", ns)
+        # Still tracked: once the user's object is gone, the namespace is pruned.
+        kubectl(a.kubeconfig, "delete", "configmap", "users-data", "-n", ns)
+        assert agent.reconcile()["pool-a"].count(Outcome.PRUNED) == 1
+    finally:
+        agent.close()
+        for n in (ns, other):
+            cleanup(a.kubeconfig, n)

@@ -1,0 +1,82 @@
+"""The README's main job and the local control plane, through the real command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.clusters import kubectl
+
+pytestmark = pytest.mark.cluster
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_demo_applies_to_two_clusters_then_applies_a_new_commit(tmp_path: Path) -> None:
+    out = cli("demo", "--state-dir", str(tmp_path / "demo"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    first, second, third = (
+        text.split("== first reconcile ==")[1],
+        text.split("== second reconcile ==")[1],
+        text.split("== third reconcile")[1],
+    )
+    for cluster in ("demo-a", "demo-b"):
+        assert f"{cluster}: revision" in first
+        assert "created    Deployment.apps/demo/web" in first
+    assert second.count("pruned     ConfigMap/demo/legacy-settings") == 2
+    assert second.count("created    ConfigMap/demo/feature-flags") == 2
+    assert second.count("configured Deployment.apps/demo/web") == 2
+    rows = [line.split() for line in third.splitlines() if line.startswith("demo-")]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("demo-a", "0", "5"), ("demo-b", "0", "5")]
+    # Stopped afterwards (no --keep): nothing left running.
+    assert "clusters left running" not in text
+
+
+def test_local_cluster_start_prints_kubeconfig_last_and_restart_keeps_path_and_data(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    try:
+        started = cli("local-cluster", "start", "--name", "cli-x", "--state-dir", state)
+        assert started.returncode == 0, started.stderr
+        kubeconfig = Path(started.stdout.strip().splitlines()[-1])
+        assert kubeconfig.is_file()
+        kubectl(kubeconfig, "create", "configmap", "marker", "-n", "default", "--from-literal=k=v")
+        assert cli("local-cluster", "stop", "--name", "cli-x", "--state-dir", state).returncode == 0
+        again = cli("local-cluster", "start", "--name", "cli-x", "--state-dir", state)
+        assert Path(again.stdout.strip().splitlines()[-1]) == kubeconfig
+        assert "marker" in kubectl(kubeconfig, "get", "configmap", "marker", "-n", "default", "-o", "name")
+
+        token = cli(
+            "local-cluster",
+            "token",
+            "--name",
+            "cli-x",
+            "--state-dir",
+            state,
+            "--service-account",
+            "ops/robot",
+        )
+        assert token.returncode == 0, token.stderr
+        token_kc = Path(token.stdout.strip().splitlines()[-1])
+        assert "token:" in token_kc.read_text()
+        assert "marker" in kubectl(token_kc, "get", "configmap", "marker", "-n", "default", "-o", "name")
+        bad = cli(
+            "local-cluster", "token", "--name", "cli-x", "--state-dir", state, "--service-account", "nope"
+        )
+        assert bad.returncode == 2 and "NAMESPACE/NAME" in bad.stderr
+    finally:
+        cli("local-cluster", "stop", "--name", "cli-x", "--state-dir", state)
+        from agent import localcluster
+
+        localcluster.delete("cli-x", Path(state))

@@ -298,5 +298,12 @@ def demo(state_dir: str, keep: bool) -> None:
     sys.exit(0 if ok else EXIT_FAILED)
 
 
+# -- commands defined next to the stage they drive --------------------------------
+
+from agent.cli_diff import diff  # noqa: E402 (registered after `main` exists)
+
+main.add_command(diff)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

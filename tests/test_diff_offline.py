@@ -1,0 +1,195 @@
+"""``gitops-agent diff --offline``: two commits of a real Git repository, no cluster at all.
+
+The kubeconfigs in these configs point nowhere: offline mode must never
+touch a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from textwrap import dedent
+from typing import Any
+
+import pygit2
+from click.testing import CliRunner, Result
+
+from agent.cli_diff import diff
+from agent.demo import commit_directory
+from tests.agentkit import make_repo, write_config
+
+BASE_FILES = {
+    "clusters/alpha/app.yaml": """
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: web, namespace: shop, labels: {app: web}}
+        spec:
+          replicas: 2
+          selector: {matchLabels: {app: web}}
+          template:
+            metadata: {labels: {app: web}}
+            spec:
+              containers:
+                - {name: web, image: "nginx:1.27"}
+                - {name: log, image: "busybox:1"}
+        ---
+        apiVersion: v1
+        kind: Service
+        metadata: {name: web, namespace: shop}
+        spec:
+          selector: {app: web}
+          ports: [{port: 80}]
+        """,
+    "clusters/beta/app.yaml": """
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: settings, namespace: shop}
+        data: {greeting: hello}
+        """,
+}
+
+HEAD_FILES = {
+    "clusters/alpha/app.yaml": """
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: web, namespace: shop, labels: {app: web}}
+        spec:
+          replicas: 2
+          selector: {matchLabels: {app: web}}
+          template:
+            metadata: {labels: {app: web}}
+            spec:
+              containers:
+                - {name: web, image: "nginx:1.28"}
+                - {name: log, image: "busybox:1"}
+        """,
+    "clusters/alpha/flags.yaml": """
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: flags, namespace: shop}
+        data: {checkout: "on"}
+        """,
+    "clusters/beta/app.yaml": BASE_FILES["clusters/beta/app.yaml"],
+}
+
+
+#: A kubeconfig whose server is a closed port: offline mode must never need it.
+NOWHERE = """apiVersion: v1
+kind: Config
+clusters: [{name: x, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: x, user: {token: unused}}]
+contexts: [{name: x, context: {cluster: x, user: x}}]
+current-context: x
+"""
+
+
+def run(*args: str) -> tuple[Result, dict[str, Any]]:
+    result = CliRunner().invoke(diff, ["--offline", *args, "--format", "json"], catch_exceptions=False)
+    return result, json.loads(result.stdout) if result.stdout.startswith("{") else {}
+
+
+def by_key(doc: dict[str, Any], cluster: str) -> dict[str, dict[str, Any]]:
+    return {o["key"]: o for o in next(c for c in doc["clusters"] if c["name"] == cluster)["objects"]}
+
+
+def test_offline_reports_added_changed_and_removed_objects_between_two_commits(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, BASE_FILES)
+    base = str(pygit2.Repository(str(repo.path)).head.target)
+    repo.commit(HEAD_FILES, "bump web, add flags, drop the service")
+    nowhere = tmp_path / "nowhere.kubeconfig"
+    nowhere.write_text(NOWHERE)
+    cfg = write_config(tmp_path, repo, {"alpha": nowhere, "beta": nowhere})
+    nowhere.unlink()  # offline needs no credentials: a CI runner without cluster access has none
+
+    result, doc = run("--repo", str(repo.path), "--base", base, "--head", "main", "--config", cfg.file)
+    assert result.exit_code == 1, result.output
+    assert doc["mode"] == "offline" and doc["base"]["sha"] == base and doc["revision"]["ref"] == "main"
+    alpha = by_key(doc, "alpha")
+    assert {k: o["action"] for k, o in alpha.items()} == {
+        "ConfigMap/shop/flags": "create",
+        "Deployment.apps/shop/web": "update",
+        "Service/shop/web": "prune",
+    }
+    web = alpha["Deployment.apps/shop/web"]
+    assert web["fields"] == [
+        {
+            "path": "spec.template.spec.containers[name=web].image",
+            "op": "replace",
+            "before": "nginx:1.27",
+            "after": "nginx:1.28",
+        }
+    ]
+    assert "busybox" not in web["diff"] and "+          image: nginx:1.28" in web["diff"]
+    assert by_key(doc, "beta") == {}
+    assert doc["clusters"][1]["summary"]["unchanged"] == 1
+
+    md = CliRunner().invoke(
+        diff,
+        [
+            "--offline",
+            "--repo",
+            str(repo.path),
+            "--base",
+            base,
+            "--head",
+            "main",
+            "--config",
+            cfg.file,
+            "--format",
+            "markdown",
+        ],
+    )
+    assert md.exit_code == 1
+    assert "<b>removed</b> <code>Service/shop/web</code>" in md.stdout
+    assert "<b>added</b> <code>ConfigMap/shop/flags</code>" in md.stdout
+    assert "| alpha | 1 | 1 | 1 | 0 | 0 | changes |" in md.stdout
+
+
+def test_offline_without_config_takes_clusters_by_convention_and_reads_a_working_checkout(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path, BASE_FILES)
+    # A PR checkout: a non-bare clone with one more commit on its branch.
+    clone = pygit2.clone_repository(str(repo.path), str(tmp_path / "checkout"))
+    files = tmp_path / "next"
+    extra = {"clusters/gamma/ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: g\n"}
+    for rel, text in {**HEAD_FILES, **extra}.items():
+        (files / rel).parent.mkdir(parents=True, exist_ok=True)
+        (files / rel).write_text(dedent(text).lstrip())
+    commit_directory(Path(clone.path), files, "pr change")
+
+    result, doc = run("--repo", clone.workdir, "--base", "refs/remotes/origin/main", "--head", "HEAD")
+    assert result.exit_code == 1, result.output
+    assert [c["name"] for c in doc["clusters"]] == ["alpha", "beta", "gamma"]
+    assert "convention" in doc["notes"][0]
+    assert by_key(doc, "gamma") == {"Namespace/g": by_key(doc, "gamma")["Namespace/g"]}
+    assert by_key(doc, "gamma")["Namespace/g"]["action"] == "create"
+    assert by_key(doc, "alpha")["Service/shop/web"]["action"] == "prune"
+
+    same, doc = run("--repo", clone.workdir, "--base", "HEAD", "--head", "HEAD", "--cluster", "alpha")
+    assert same.exit_code == 0, same.output
+    assert doc["summary"]["differences"] is False
+
+
+def test_offline_a_cluster_that_does_not_render_gets_an_error_section_the_others_are_complete(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path, BASE_FILES)
+    base = str(pygit2.Repository(str(repo.path)).head.target)
+    repo.commit({**HEAD_FILES, "clusters/beta/app.yaml": "kind: ConfigMap\nmetadata: [broken\n"}, "oops")
+    result, doc = run("--repo", str(repo.path), "--base", base, "--head", "main")
+    assert result.exit_code == 2, result.output
+    beta = next(c for c in doc["clusters"] if c["name"] == "beta")
+    assert beta["error"].startswith("head revision") and "clusters/beta/app.yaml" in beta["error"]
+    assert len(by_key(doc, "alpha")) == 3
+
+
+def test_offline_usage_errors_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(diff, ["--offline", "--repo", str(tmp_path)]).exit_code == 2
+    assert runner.invoke(diff, ["--repo", str(tmp_path), "--base", "a", "--head", "b"]).exit_code == 2
+    assert runner.invoke(diff, []).exit_code == 2
+    missing = runner.invoke(
+        diff, ["--offline", "--repo", str(tmp_path / "nope"), "--base", "a", "--head", "b"]
+    )
+    assert missing.exit_code == 2 and "source error" in missing.stderr

@@ -76,7 +76,20 @@ def apply_changes(
     ) as pool:
         for phase in sorted(by_phase):
             batch = sorted(by_phase[phase], key=lambda c: c.key)
-            phase_results = list(pool.map(lambda c: _apply_one(client, c, options, replan, body_for), batch))
+            # Changes that send nothing are answered here: a pool round trip per unchanged
+            # object was most of a steady-state pass's apply time.
+            sends = [i for i, c in enumerate(batch) if _sends(c)]
+            sent = dict(
+                zip(
+                    sends,
+                    pool.map(lambda i: _apply_one(client, batch[i], options, replan, body_for), sends),
+                    strict=True,
+                )
+            )
+            phase_results = [
+                sent[i] if i in sent else _apply_one(client, c, options, replan, body_for)
+                for i, c in enumerate(batch)
+            ]
             results.extend(phase_results)
             if phase == 1 and not options.dry_run:
                 _wait_established(
@@ -87,17 +100,22 @@ def apply_changes(
     return results
 
 
+def _sends(change: Change) -> bool:
+    """Whether ``_apply_one`` would send a request for ``change`` (else it answers at once)."""
+    return change.action not in (Action.NOOP, Action.SKIP, Action.CONFLICT) and change.body is not None
+
+
 def _apply_one(
     client: KubeClient, change: Change, options: ApplyOptions, replan: Replanner, body_for: BodyFor
 ) -> ApplyResult:
     for attempt in range(options.conflict_retries + 1):
         if change.action is Action.NOOP:
             return ApplyResult(change.key, Outcome.UNCHANGED, uid=change.uid)
-        if change.action is Action.SKIP or change.body is None:
-            return ApplyResult(change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid)
         if change.action is Action.CONFLICT:
             # Every differing field is yielded to its owner: nothing to send.
             return ApplyResult(change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid)
+        if change.action is Action.SKIP or change.body is None:
+            return ApplyResult(change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid)
         try:
             return _send(client, change, body_for(change), options)
         except ApiError as e:

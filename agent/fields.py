@@ -19,7 +19,7 @@ are. Called by ``plan``; pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +159,19 @@ def render_path(path: FieldPath) -> str:
     return out or "."
 
 
+def name_list(names: Sequence[str], *, limit: int = 4, width: int = 200) -> str:
+    """``a, b, c and 5 more``: at most ``limit`` names and about ``width`` characters, for reasons."""
+    shown: list[str] = []
+    used = 0
+    for name in names[:limit]:
+        if shown and used + len(name) > width:
+            break
+        shown.append(name)
+        used += len(name) + 2
+    rest = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest else "")
+
+
 def is_under(path: FieldPath, prefix: FieldPath) -> bool:
     """``path`` equals ``prefix`` or lies below it."""
     return path[: len(prefix)] == prefix
@@ -237,6 +250,12 @@ def list_elements(info: ListInfo, items: list[Any]) -> list[str] | None:
         return None
 
 
+def _owned_as_entry(value: Any) -> bool:
+    """SMD records a ``null`` or ``{}`` value as a field of its own, even for a struct field
+    (``resources: {}``, ``annotations: {}``); an empty list only when it is atomic (see ``walk_owned``)."""
+    return value is None or (isinstance(value, Mapping) and not value)
+
+
 def walk_owned(value: Any, node: Node, path: FieldPath, out: set[FieldPath]) -> None:
     """Add to ``out`` the paths that applying ``value`` at ``path`` owns (SMD ToFieldSet)."""
     if isinstance(value, Mapping):
@@ -246,7 +265,7 @@ def walk_owned(value: Any, node: Node, path: FieldPath, out: set[FieldPath]) -> 
         for k, v in value.items():
             child = (*path, field_element(k))
             walk_owned(v, node.field(k), child, out)
-            if not node.is_struct_field(k):
+            if _owned_as_entry(v) or not node.is_struct_field(k):
                 out.add(child)
         return
     if isinstance(value, list):
@@ -274,11 +293,62 @@ def manifest_paths(manifest: Manifest, node: Node) -> frozenset[FieldPath]:
             meta = node.field("metadata")
             for mk, mv in value.items():
                 if mk not in STRIPPED_METADATA:
-                    walk_owned(mv, meta.field(mk), ("f:metadata", field_element(mk)), out)
+                    child = ("f:metadata", field_element(mk))
+                    walk_owned(mv, meta.field(mk), child, out)
+                    if _owned_as_entry(mv):
+                        out.add(child)
             continue
         walk_owned(value, node.field(key), (field_element(key),), out)
+        if _owned_as_entry(value):
+            out.add((field_element(key),))
     out.discard(())
     return frozenset(out)
+
+
+def merged_order(live: list[str], applied: list[str]) -> list[str]:
+    """Item order of an associative or set list after an apply merges ``applied`` into ``live``.
+
+    A port of structured-merge-diff's ``visitListItems``: items both sides have take the
+    applied order, live-only items keep their place relative to them, new items go where
+    the applied list puts them. So reordering Git's containers *is* a change the server
+    makes (checked against a real server by ``tests/test_plan_crosscheck.py``), while a
+    sidecar a webhook appended or prepended stays where it is.
+    """
+    applied_set, live_set = set(applied), set(live)
+    shared = iter([e for e in applied if e in live_set])
+    next_shared = next(shared, None)
+    out: list[str] = []
+    merged: set[str] = set()
+    li = ri = 0
+    while li < len(live) or ri < len(applied):
+        if li < len(live) and ri < len(applied):
+            element = live[li]
+            if element == applied[ri]:
+                merged.add(element)
+                out.append(element)
+                li, ri = li + 1, ri + 1
+                next_shared = next(shared, None)
+                continue
+            if element in applied_set and next_shared is not None and next_shared != element:
+                li += 1  # a shared item, but not the one the applied order wants now
+                continue
+        if li < len(live):
+            element = live[li]
+            if element not in applied_set:
+                out.append(element)
+                li += 1
+                continue
+            if element in merged:
+                li += 1
+                continue
+        if ri < len(applied):
+            element = applied[ri]
+            merged.add(element)
+            out.append(element)
+            ri += 1
+            if next_shared is not None and next_shared == element:
+                next_shared = next(shared, None)
+    return out
 
 
 def iter_leaves(paths: Iterable[FieldPath]) -> Iterator[FieldPath]:

@@ -4,8 +4,12 @@ The API server rewrites some values on the way in; comparing raw JSON would
 report those as drift on every pass and cost a write each time. What is
 normalised, and why it is safe:
 
-- **Quantities** of built-in kinds (``1000m`` = ``1``, ``1Gi`` = ``1073741824``,
-  YAML ``1`` = ``"1"``): the server stores the canonical form. Custom
+- **Quantities** of built-in kinds are compared in the spelling the server
+  stores (``canonical_quantity``, a port of apimachinery's ``CanonicalizeBytes``):
+  ``1000m`` = ``1``, ``0.5`` = ``500m``, YAML ``1`` = ``"1"``, ``1024Mi`` =
+  ``1Gi``. The canonical form keeps the *format* of what was sent, so
+  ``1073741824`` ≠ ``1Gi``: applying it rewrites the stored spelling (once),
+  which a real server confirms (``tests/test_plan_crosscheck.py``). Custom
   resources keep what was sent, so there a quantity is compared as written.
 - **Numbers**: ``1`` = ``1.0`` (JSON has one number type), but ``true`` ≠ ``1``.
 - **int-or-string** values are compared *with* their type: the server keeps
@@ -30,8 +34,10 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
+
+from deepdiff import DeepDiff
 
 from agent.schema import Node
 
@@ -100,6 +106,47 @@ def parse_quantity(value: Any) -> Decimal | None:
         return None
 
 
+_DECIMAL_SUFFIX = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_SUFFIX = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+_NANO = Decimal("1e-9")
+
+
+def canonical_quantity(value: Any) -> str | None:
+    """The string the API server stores for a Quantity (``None`` if ``value`` is not one).
+
+    Format from the input (binary suffix → BinarySI, ``e``-exponent → DecimalExponent,
+    otherwise DecimalSI); values rounded up to nano units; BinarySI falls back to
+    DecimalSI below 1024 or for fractions; DecimalSI/Exponent strip trailing zeros and
+    put the exponent on a multiple of three (``1500m``, ``1k``, ``1073741824``).
+    """
+    amount = parse_quantity(value)
+    if amount is None:
+        return None
+    text = value.strip() if isinstance(value, str) else str(value)
+    fmt = "binary" if text.endswith("i") else "exponent" if re.search(r"[eE][+-]?\d+$", text) else "decimal"
+    places = amount.as_tuple().exponent
+    if isinstance(places, int) and places < -9:
+        amount = amount.quantize(_NANO, rounding=ROUND_CEILING)
+    if amount == 0:
+        return "0"
+    if fmt == "binary":
+        if -1024 < amount < 1024 or amount != amount.to_integral_value():
+            fmt = "decimal"
+        else:
+            number, power = int(amount), 0
+            while power < 6 and number % 1024 == 0:
+                number, power = number // 1024, power + 1
+            return f"{number}{_BINARY_SUFFIX[power]}"
+    sign, digits, exponent = amount.normalize().as_tuple()
+    mantissa = int("".join(map(str, digits))) * (-1 if sign else 1)
+    assert isinstance(exponent, int)
+    shift = exponent % 3
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
+    if fmt == "decimal" and exponent in _DECIMAL_SUFFIX:
+        return f"{mantissa}{_DECIMAL_SUFFIX[exponent]}"
+    return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+
+
 def is_empty(value: Any) -> bool:
     """``null``, ``{}``, ``[]`` or absent: the server drops these from omitempty fields."""
     return value is None or value is MISSING or (isinstance(value, dict | list) and not value)
@@ -144,12 +191,29 @@ def leaf_equal(desired: Any, live: Any, node: Node, *, owned_by_us: bool) -> boo
     if live is MISSING and is_zero(desired):
         return owned_by_us
     if node.quantity and not node.int_or_string:
-        dq, lq = parse_quantity(desired), parse_quantity(live)
+        dq, lq = canonical_quantity(desired), canonical_quantity(live)
         if dq is not None and lq is not None:
             return dq == lq
     if isinstance(desired, dict | list):
         return values_equal(strip_empty(desired), strip_empty(live))
     return values_equal(desired, live)
+
+
+def changed_inside(desired: Any, live: Any, *, limit: int = 3) -> tuple[str, ...]:
+    """Where two differing atomic values (a selector, a rule list) differ, as ``matchLabels.tier``.
+
+    deepdiff does the comparison, with JSON's one number type; it runs only on values
+    already found different, so unchanged objects never pay for it. Names, never values.
+    """
+    if not isinstance(desired, dict | list) or not isinstance(live, dict | list):
+        return ()
+    diff = DeepDiff(strip_empty(live), strip_empty(desired), ignore_numeric_type_changes=True, view="tree")
+    found = sorted({_dotted(leaf.path(output_format="list")) for leaves in diff.values() for leaf in leaves})
+    return tuple(found[:limit]) + (("…",) if len(found) > limit else ())
+
+
+def _dotted(parts: list[Any]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") or "."
 
 
 def secret_string_data_as_data(desired: Mapping[str, Any]) -> dict[str, Any]:

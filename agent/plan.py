@@ -38,15 +38,15 @@ the real body back with ``request_body(change, desired)``.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
 
 from agent import masking
 from agent.config import ConflictRule
+from agent.expected import expected_after, for_report, whole_item_if_key
 from agent.fields import (
     ManagedEntry,
     field_element,
@@ -54,8 +54,11 @@ from agent.fields import (
     list_elements,
     managed_entries,
     manifest_paths,
+    merged_order,
+    name_list,
     pointer_to_path,
     remove_path,
+    render_path,
 )
 from agent.model import (
     Action,
@@ -69,7 +72,7 @@ from agent.model import (
     Resolution,
     split_api_version,
 )
-from agent.normalize import MISSING, b64_equal, leaf_equal, secret_string_data_as_data
+from agent.normalize import MISSING, b64_equal, changed_inside, leaf_equal, secret_string_data_as_data
 from agent.schema import Node, SchemaIndex, root_node
 
 FORCE_FIELDS = "gitops-agent.io/force-fields"
@@ -179,7 +182,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     body = _clean(manifest, ignored, node)
     if live is None:
         shown = masking.mask_secret(body) if secret else body
-        ops = tuple(jsonpatch.make_patch({}, _for_report(shown)).patch)
+        ops = tuple(jsonpatch.make_patch({}, for_report(shown)).patch)
         paths = manifest_paths(body, node)
         return _change(desired, Action.CREATE, body=shown, declared=paths, changed=paths, operations=ops)
 
@@ -190,8 +193,9 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
         return _change(desired, Action.SKIP, reason=refusal, **ids)
     ctx = _Context(body, live, node, secret, ours, tuple(e for e in entries if e is not ours))
 
-    changed, values = _differences(ctx)
-    conflicts = _conflicts(ctx, changed, values, options, _pointer_paths(manifest, FORCE_FIELDS, node))
+    diff = _differences(ctx)
+    changed = diff.changed
+    conflicts = _conflicts(ctx, changed, diff.values, options, _pointer_paths(manifest, FORCE_FIELDS, node))
     yielded = {c.path for c in conflicts if c.resolution is Resolution.YIELD}
     if yielded:
         body = copy.deepcopy(body)
@@ -205,8 +209,9 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
         ours is not None and ours.api_version == desired.api_version and owned_checked == declared
     )
     pending = {p for p in changed if not any(is_under(p, y) or is_under(y, p) for y in yielded)}
+    pending |= diff.reordered
 
-    if not changed and ownership_exact:
+    if not changed and not diff.reordered and ownership_exact:
         return _change(desired, Action.NOOP, declared=declared, **ids)
     if not pending and ownership_exact:
         return _change(
@@ -219,17 +224,17 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
             **ids,
         )
     released = _released(owned - declared, ctx.others)
-    expected = _expected(live, body, released, node)
+    expected = expected_after(live, body, released, node)
     before, after = masking.mask_pair(live, expected) if secret else (live, expected)
-    ops = tuple(jsonpatch.make_patch(_for_report(before), _for_report(after)).patch)
+    ops = tuple(jsonpatch.make_patch(for_report(before), for_report(after)).patch)
     forced = any(c.resolution is Resolution.FORCE for c in conflicts)
-    reason = _update_reason(ctx, adopting, pending, released, options)
+    reason = _update_reason(ctx, adopting, pending, released, options, diff.reordered, diff.inside)
     return _change(
         desired,
         Action.UPDATE,
         body=masking.mask_secret(body) if secret else body,
         declared=declared,
-        changed=frozenset(changed),
+        changed=frozenset(changed | diff.reordered),
         released=released,
         conflicts=conflicts,
         force=forced,
@@ -269,10 +274,25 @@ def _adoption(
     return "", True
 
 
-def _differences(ctx: _Context) -> tuple[set[FieldPath], dict[FieldPath, tuple[Any, Any]]]:
+@dataclass
+class _Diff:
+    """What ``_compare`` found: differing declared paths (with both values), and lists whose
+    item order the apply would change (not a field conflict: no value differs)."""
+
+    changed: set[FieldPath] = field(default_factory=set)
+    values: dict[FieldPath, tuple[Any, Any]] = field(default_factory=dict)
+    reordered: set[FieldPath] = field(default_factory=set)
+    #: For a differing atomic map or list, where inside it (``matchLabels.tier``), for reasons.
+    inside: dict[FieldPath, tuple[str, ...]] = field(default_factory=dict)
+
+    def add(self, path: FieldPath, desired: Any, live: Any) -> None:
+        self.changed.add(path)
+        self.values[path] = (desired, None if live is MISSING else live)
+
+
+def _differences(ctx: _Context) -> _Diff:
     """Declared paths whose normalised value differs from live, with both values."""
-    changed: set[FieldPath] = set()
-    values: dict[FieldPath, tuple[Any, Any]] = {}
+    diff = _Diff()
     owned = ctx.ours.paths if ctx.ours else frozenset()
     for key, value in ctx.desired.items():
         if key in ("apiVersion", "kind", "status") or (ctx.secret and key in ("data", "stringData")):
@@ -280,27 +300,19 @@ def _differences(ctx: _Context) -> tuple[set[FieldPath], dict[FieldPath, tuple[A
         path = (field_element(key),)
         if key == "metadata" and isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in ("name", "namespace")}
-        _compare(value, ctx.live.get(key, MISSING), ctx.node.field(key), path, owned, changed, values)
+        _compare(value, ctx.live.get(key, MISSING), ctx.node.field(key), path, owned, diff)
     if ctx.secret:
-        _compare_secret(ctx.desired, ctx.live, changed, values)
-    return changed, values
+        _compare_secret(ctx.desired, ctx.live, diff)
+    return diff
 
 
 def _compare(
-    desired: Any,
-    live: Any,
-    node: Node,
-    path: FieldPath,
-    owned: frozenset[FieldPath],
-    changed: set[FieldPath],
-    values: dict[FieldPath, tuple[Any, Any]],
+    desired: Any, live: Any, node: Node, path: FieldPath, owned: frozenset[FieldPath], diff: _Diff
 ) -> None:
     if isinstance(desired, dict) and not node.atomic_map:
         live_map = live if isinstance(live, dict) else {}
         for k, v in desired.items():
-            _compare(
-                v, live_map.get(k, MISSING), node.field(k), (*path, field_element(k)), owned, changed, values
-            )
+            _compare(v, live_map.get(k, MISSING), node.field(k), (*path, field_element(k)), owned, diff)
         return
     if isinstance(desired, list) and (info := node.list_info()).type != "atomic":
         elements = list_elements(info, desired)
@@ -312,29 +324,36 @@ def _compare(
             for element, v in zip(elements, desired, strict=True):
                 child = (*path, element)
                 if element not in by_element:
-                    changed.add(child)
-                    values[child] = (v, None)
+                    diff.add(child, v, None)
                     if info.type == "set":
                         continue
                 if info.type == "map":
-                    _compare(v, by_element.get(element, MISSING), item, child, owned, changed, values)
+                    _compare(v, by_element.get(element, MISSING), item, child, owned, diff)
+            # The apply puts shared items in Git's order (fields.merged_order): a reordering
+            # in Git is a write, one the server makes once; others' items keep their place.
+            if len(elements) > 1 and live_elements:
+                present = set(live_elements)
+                merged = [e for e in merged_order(live_elements, elements) if e in present]
+                if merged != live_elements:
+                    diff.reordered.add(path)
             return
     if not leaf_equal(desired, live, node, owned_by_us=path in owned):
-        changed.add(path)
-        values[path] = (desired, None if live is MISSING else live)
+        diff.add(path, desired, live)
+        if isinstance(desired, dict | list) and isinstance(live, dict | list):
+            diff.inside[path] = changed_inside(desired, live)
 
 
-def _compare_secret(
-    desired: Manifest, live: Manifest, changed: set[FieldPath], values: dict[FieldPath, tuple[Any, Any]]
-) -> None:
+def _compare_secret(desired: Manifest, live: Manifest, diff: _Diff) -> None:
     """``data`` compared as bytes (``stringData`` was folded into it by ``_clean``)."""
     live_data = live.get("data") or {}
     for k, v in (desired.get("data") or {}).items():
         lv = live_data.get(k)
         if lv is None or not b64_equal(v, lv):
-            path = ("f:data", field_element(k))
-            changed.add(path)
-            values[path] = (masking.MASK_AFTER, masking.MASK_BEFORE if lv is not None else None)
+            diff.add(
+                ("f:data", field_element(k)),
+                masking.MASK_AFTER,
+                masking.MASK_BEFORE if lv is not None else None,
+            )
 
 
 def _conflicts(
@@ -350,7 +369,7 @@ def _conflicts(
         for entry in ctx.others:
             unit = _overlap(path, entry)
             if unit is not None:
-                found.setdefault(_whole_item_if_key(unit), []).append(entry)
+                found.setdefault(whole_item_if_key(unit), []).append(entry)
     out: list[FieldConflict] = []
     for unit, owners in sorted(found.items()):
         resolutions = [_resolve(unit, e, options, forced_paths) for e in owners]
@@ -389,15 +408,6 @@ def _overlap(path: FieldPath, entry: ManagedEntry) -> FieldPath | None:
     return None
 
 
-def _whole_item_if_key(path: FieldPath) -> FieldPath:
-    """A key field cannot be left out of its item: the conflict unit becomes the item itself."""
-    if len(path) >= 2 and path[-2].startswith("k:") and path[-1].startswith("f:"):
-        keys = json.loads(path[-2][2:])
-        if path[-1][2:] in keys:
-            return path[:-1]
-    return path
-
-
 def _resolve(
     path: FieldPath, entry: ManagedEntry, options: PlanOptions, forced: Sequence[FieldPath]
 ) -> Resolution:
@@ -419,57 +429,11 @@ def _released(
     inner = frozenset().union(*(e.inner for e in others)) if others else frozenset()
     removed = {p: p not in theirs and p not in inner for p in paths}
     for p in paths:
-        item = _whole_item_if_key(p)
+        item = whole_item_if_key(p)
         if item != p:
             # A key field leaves only with its item, never on its own.
             removed[p] = removed[p] and removed.get(item, False)
     return tuple((p, removed[p]) for p in sorted(paths))
-
-
-def _expected(
-    live: Manifest, body: Manifest, released: Sequence[tuple[FieldPath, bool]], node: Node
-) -> Manifest:
-    """What the object should look like after the apply (our approximation of the server's merge)."""
-    # A deep copy: _merge shares untouched subtrees with live, and removals below must not reach it.
-    out: Manifest = _merge(copy.deepcopy(live), body, node)
-    for path, removed in sorted(released, key=lambda r: len(r[0])):
-        if removed and _whole_item_if_key(path) == path:
-            remove_path(out, path, node)
-    return out
-
-
-def _merge(live: Any, applied: Any, node: Node) -> Any:
-    if isinstance(applied, dict) and isinstance(live, dict) and not node.atomic_map:
-        out = dict(live)
-        for k, v in applied.items():
-            if v is None:
-                out.pop(k, None)
-            else:
-                out[k] = _merge(live.get(k), v, node.field(k))
-        return out
-    if isinstance(applied, list) and isinstance(live, list) and (info := node.list_info()).type != "atomic":
-        ours, theirs = list_elements(info, applied), list_elements(info, live)
-        if ours is not None and theirs is not None:
-            merged = list(live)
-            position = {e: i for i, e in enumerate(theirs)}
-            for element, v in zip(ours, applied, strict=True):
-                if element in position:
-                    merged[position[element]] = _merge(live[position[element]], v, node.item())
-                else:
-                    merged.append(copy.deepcopy(v))
-            return merged
-    if live is not None and leaf_equal(applied, live, node, owned_by_us=False):
-        return live  # the server keeps its canonical spelling (cpu "1" for "1000m")
-    return copy.deepcopy(applied)
-
-
-def _for_report(manifest: Manifest) -> Manifest:
-    """The object without managedFields and status, the parts a diff report never shows."""
-    out = dict(manifest)
-    out.pop("status", None)
-    if isinstance(out.get("metadata"), dict):
-        out["metadata"] = {k: v for k, v in out["metadata"].items() if k != "managedFields"}
-    return out
 
 
 def _update_reason(
@@ -478,6 +442,8 @@ def _update_reason(
     pending: set[FieldPath],
     released: Sequence[tuple[FieldPath, bool]],
     options: PlanOptions,
+    reordered: set[FieldPath],
+    inside: Mapping[FieldPath, tuple[str, ...]],
 ) -> str:
     parts: list[str] = []
     if adopting:
@@ -488,10 +454,18 @@ def _update_reason(
     elif ctx.ours.api_version and ctx.ours.api_version != str(ctx.desired.get("apiVersion", "")):
         parts.append(f"our Apply entry was recorded at {ctx.ours.api_version}")
     if pending:
-        parts.append(f"{len(pending)} path(s) differ")
+        shown = [_shown(p, reordered, inside) for p in sorted(pending)]
+        parts.append("changed: " + name_list(shown))
     if released:
-        parts.append(f"{len(released)} path(s) released")
+        parts.append("released: " + name_list([render_path(p) for p, _ in released]))
     return "; ".join(parts) or "ownership of declared paths to be brought in line"
+
+
+def _shown(path: FieldPath, reordered: set[FieldPath], inside: Mapping[FieldPath, tuple[str, ...]]) -> str:
+    if path in reordered:
+        return f"{render_path(path)} (order)"
+    where = inside.get(path)
+    return f"{render_path(path)} ({', '.join(where)})" if where else render_path(path)
 
 
 def expected_object(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Manifest | None:
@@ -507,7 +481,7 @@ def expected_object(desired: DesiredObject, live: Manifest | None, options: Plan
         return body
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
-    return _expected(live, body, change.released, node)
+    return expected_after(live, body, change.released, node)
 
 
 def request_body(change: Change, desired: DesiredObject) -> Manifest | None:
@@ -526,6 +500,26 @@ def request_body(change: Change, desired: DesiredObject) -> Manifest | None:
     return body
 
 
+def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Manifest | None:
+    """The unmasked body a write for this object carries, whatever the verdict (``None`` for SKIP).
+
+    For UPDATE/CREATE it is ``request_body``; for NOOP/CONFLICT it is what *would* be sent:
+    Git's manifest cleaned, yielded paths left out. The cross-check test sends it as a
+    dry-run to prove a NOOP changes nothing; ``takeover`` sends it with force.
+    """
+    change = plan_object(desired, live, options)
+    if change.action is Action.SKIP:
+        return None
+    if change.body is not None:
+        return request_body(change, desired)
+    group, version = split_api_version(desired.api_version)
+    node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
+    body = _clean(desired.manifest, _pointer_paths(desired.manifest, IGNORE_FIELDS, node), node)
+    for conflict in change.yielded:
+        remove_path(body, conflict.path, node)
+    return body
+
+
 def summary_line(plan_: Plan) -> str:
     """``create 1, update 2, noop 40, ...`` for logs."""
     return ", ".join(f"{k} {v}" for k, v in plan_.summary().items() if v)
@@ -541,5 +535,6 @@ __all__ = [
     "plan",
     "plan_object",
     "request_body",
+    "send_body",
     "summary_line",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.normalize import MISSING, leaf_equal, parse_quantity, values_equal
+from agent.normalize import MISSING, canonical_quantity, leaf_equal, parse_quantity, values_equal
 from agent.schema import FallbackNode, SchemaIndex, root_node
 
 BUILTIN_CPU = FallbackNode("Deployment", ("spec", "resources", "limits", "cpu"))
@@ -40,7 +40,10 @@ def test_parses_quantities(text: Any, value: Decimal | None) -> None:
 
 def test_built_in_quantities_compare_by_value_custom_ones_as_written() -> None:
     assert leaf_equal("1000m", "1", BUILTIN_CPU, owned_by_us=False)
-    assert leaf_equal(1073741824, "1Gi", FallbackNode("Pod", ("spec", "limits", "memory")), owned_by_us=False)
+    memory = FallbackNode("Pod", ("spec", "limits", "memory"))
+    assert leaf_equal("1024Mi", "1Gi", memory, owned_by_us=False)
+    # Same amount, other format: the server would store "1073741824", so it is a change.
+    assert not leaf_equal(1073741824, "1Gi", memory, owned_by_us=False)
     assert not leaf_equal("1000m", "1", CUSTOM_CPU, owned_by_us=False)
     assert not leaf_equal("1000m", "1", PLAIN, owned_by_us=False)
 
@@ -92,3 +95,15 @@ def test_null_and_empty_equal_absent_zero_values_only_when_we_own_them() -> None
     assert leaf_equal(0, MISSING, PLAIN, owned_by_us=True)
     assert not leaf_equal("x", MISSING, PLAIN, owned_by_us=True)
     assert leaf_equal({"a": {}, "b": 1}, {"b": 1}, PLAIN, owned_by_us=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("1000m", "1"), ("1", "1"), (1, "1"), ("0.5", "500m"), (0.5, "500m"), ("1500m", "1500m"),
+        ("1000", "1k"), ("1e3", "1e3"), ("1Gi", "1Gi"), ("1024Mi", "1Gi"), ("1.5Gi", "1536Mi"),
+        ("1073741824", "1073741824"), ("512Ki", "512Ki"), ("0.1n", "1n"), ("0", "0"), ("abc", None),
+    ],
+)  # fmt: skip
+def test_quantities_are_spelled_the_way_the_api_server_stores_them(text: Any, stored: str | None) -> None:
+    assert canonical_quantity(text) == stored

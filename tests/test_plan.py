@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from agent import plan as plan_module
 from agent.config import DEFAULT_CONFLICT_RULES
+from agent.expected import for_report
 from agent.fields import (
     decode_fields_v1,
     encode_fields_v1,
@@ -245,7 +246,7 @@ def test_no_change_touches_a_path_neither_in_git_nor_ours(
     assert all(permitted(p) for p in touched), [p for p in touched if not permitted(p)]
     if change.action is Action.UPDATE:
         # The rendered operations, applied to live, leave every other path's value untouched.
-        after = jsonpatch.apply_patch(plan_module._for_report(live), list(change.operations))
+        after = jsonpatch.apply_patch(for_report(live), list(change.operations))
         for path in manifest_paths(live, node):
             if not permitted(path):
                 assert _value_at(after, path, node) == _value_at(live, path, node), render_path(path)
@@ -344,3 +345,24 @@ def test_planning_5000_unchanged_objects_is_local_and_fast(
         f"\nplanned 5,000 unchanged objects in {elapsed:.2f}s ({elapsed / 5:.2f} ms/object)", file=sys.stderr
     )
     assert elapsed < 30, f"planning 5,000 unchanged objects took {elapsed:.1f}s"
+
+
+def test_an_update_reason_names_the_changed_paths_and_where_inside_atomic_values() -> None:
+    base = yaml.safe_load((FIXTURES / "noop-foreign-label-kept.yaml").read_text())
+    desired = copy.deepcopy(base["desired"])
+    desired["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.28"
+    desired["spec"]["selector"]["matchLabels"]["tier"] = "web"
+    desired["metadata"]["labels"].pop("app")
+    change = plan_object(DesiredObject(desired, Provenance("d.yaml")), base["live"], _options(None))
+    assert change.action is Action.UPDATE
+    assert "changed: spec.selector (matchLabels.tier), spec.template.spec.containers[name=app].image" in (
+        change.reason
+    ), change.reason
+    assert "released: metadata.labels.app" in change.reason, change.reason
+
+
+def test_a_long_list_of_changed_paths_is_truncated() -> None:
+    from agent.fields import name_list
+
+    assert name_list([f"data.k{i}" for i in range(10)]) == "data.k0, data.k1, data.k2, data.k3 and 6 more"
+    assert name_list(["x" * 150, "y" * 150]) == "x" * 150 + " and 1 more"

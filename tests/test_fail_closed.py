@@ -1,0 +1,94 @@
+"""Fail closed on render (invariant 2), at the reconcile level and through the CLI.
+
+Every malformed-input case of ``test_render_malformed`` is run through a whole
+``ClusterReconciler`` pass whose cluster client fails the test if it is even
+created: a render error must end the pass before any request — nothing
+applied, nothing pruned, the error naming the file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.config import ClusterConfig, ClusterSettings, Config, SourceConfig, parse_config
+from agent.model import Revision
+from agent.reconcile import ClusterReconciler
+from agent.tools import tool
+from tests.test_render_malformed import CASES, CM, Case, _write
+
+
+def _config(case: Case, tmp_path: Path) -> Config:
+    (tmp_path / "kc").write_text("apiVersion: v1\nkind: Config\n")
+    cfg = parse_config(
+        {
+            "source": {"url": "unused"},
+            "clusters": [{"name": "c", "kubeconfig": "kc", "paths": ["good", *case.paths]}],
+        },
+        base_dir=tmp_path,
+    )
+    cluster = cfg.clusters[0]
+    patched = ClusterConfig(
+        name=cluster.name,
+        paths=cluster.paths,
+        settings=ClusterSettings(),
+        kubeconfig=cluster.kubeconfig,
+        vars=dict(case.vars),
+        helm=case.helm,
+    )
+    return Config(agent=cfg.agent, source=SourceConfig(url="unused"), clusters=(patched,))
+
+
+def _no_client(cluster: ClusterConfig) -> object:
+    raise AssertionError(f"a cluster client was created for {cluster.name} despite a render error")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_fail_closed_every_malformed_input_ends_the_pass_before_any_request(
+    case: Case, tmp_path: Path
+) -> None:
+    for name in case.tools:
+        tool(name)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _write(repo, {"good/cm.yaml": CM.format(name="good"), **case.files})
+    if case.setup is not None:
+        case.setup(repo)
+    cfg = _config(case, tmp_path)
+    rec = ClusterReconciler(cfg, cfg.clusters[0], client_factory=_no_client)  # type: ignore[arg-type]
+    result = rec.reconcile(Revision(sha="f" * 40, ref="test", tree=repo))
+    assert result.results == []  # nothing applied, nothing pruned
+    assert result.error and case.fragment in result.error and case.file in result.error
+
+
+def test_render_command_prints_a_deterministic_stream_and_exits_2_on_a_render_error(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _write(repo, {"clusters/c/b.yaml": CM.format(name="b"), "clusters/c/a.yaml": CM.format(name="a")})
+    (tmp_path / "kc").write_text("apiVersion: v1\nkind: Config\n")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'[source]\nurl = "{repo}"\n\n[[clusters]]\nname = "c"\nkubeconfig = "kc"\npath = "clusters/c"\n'
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "render",
+        "--config",
+        str(config),
+        "--cluster",
+        "c",
+        "--path",
+        str(repo),
+    ]
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    assert first.stdout.index("name: a") < first.stdout.index("name: b")
+    (repo / "clusters/c/broken.yaml").write_text("kind: [\n")
+    broken = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert broken.returncode == 2 and "clusters/c/broken.yaml" in broken.stderr and broken.stdout == ""

@@ -301,10 +301,11 @@ def demo(state_dir: str, keep: bool) -> None:
 # -- commands defined next to the stage they drive --------------------------------
 
 from agent.cli_diff import diff  # noqa: E402 (registered after `main` exists)
+from agent.cli_ops import resume, status, suspend, sync  # noqa: E402
 from agent.cli_takeover import takeover  # noqa: E402
 
-main.add_command(diff)
-main.add_command(takeover)
+for _command in (diff, takeover, suspend, resume, sync, status):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

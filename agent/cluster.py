@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -103,9 +103,12 @@ class KubeClient:
         *,
         connect_timeout: float = 5.0,
         request_timeout: float = 30.0,
+        reload: Callable[[], k8s_client.ApiClient] | None = None,
     ) -> None:
         self.name = name
         self.api = api
+        #: Rebuilds ``api`` from its source (kubeconfig file, exec plugin, token file) after a 401.
+        self._reload = reload
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._discovery: Discovery | None = None
@@ -139,24 +142,49 @@ class KubeClient:
         request_timeout: float = 30.0,
         pool_size: int = 4,
     ) -> KubeClient:
-        cfg = k8s_client.Configuration()
-        try:
-            if in_cluster:
-                k8s_config.load_incluster_config(client_configuration=cfg, try_refresh_token=True)
-            else:
-                k8s_config.load_kube_config(
-                    config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
-                )
-        except Exception as e:  # the loader raises many types; all mean "cannot build credentials"
-            raise ClusterError(name, f"cannot load credentials: {e}", retryable=False) from e
-        cfg.connection_pool_maxsize = pool_size
-        cfg.retries = False  # retries are ours: bounded, per cluster, honouring Retry-After
+
+        def build() -> k8s_client.ApiClient:
+            cfg = k8s_client.Configuration()
+            try:
+                if in_cluster:
+                    k8s_config.load_incluster_config(client_configuration=cfg, try_refresh_token=True)
+                else:
+                    k8s_config.load_kube_config(
+                        config_file=kubeconfig,
+                        context=context,
+                        client_configuration=cfg,
+                        persist_config=False,
+                    )
+            except Exception as e:  # the loader raises many types; all mean "cannot build credentials"
+                raise ClusterError(name, f"cannot load credentials: {e}", retryable=False) from e
+            cfg.connection_pool_maxsize = pool_size
+            cfg.retries = False  # retries are ours: bounded, per cluster, honouring Retry-After
+            return k8s_client.ApiClient(cfg)
+
         return cls(
-            name, k8s_client.ApiClient(cfg), connect_timeout=connect_timeout, request_timeout=request_timeout
+            name, build(), connect_timeout=connect_timeout, request_timeout=request_timeout, reload=build
         )
 
     def close(self) -> None:
         self.api.close()
+
+    def refresh_credentials(self) -> bool:
+        """Load the credentials again from where they came from; True if a new client is in place.
+
+        The official client refreshes an exec plugin's token only when the plugin reported an
+        expiry, re-reads the in-cluster token file once a minute, and never re-reads a kubeconfig
+        file or its ``tokenFile``. A 401 after a rotation is therefore answered by rebuilding the
+        configuration (which runs the exec plugin again and reads the files again).
+        """
+        if self._reload is None:
+            return False
+        try:
+            fresh = self._reload()
+        except ClusterError:
+            return False
+        old, self.api = self.api, fresh
+        old.close()  # in-flight requests finish; their connections are then dropped, not reused
+        return True
 
     # -- raw requests ---------------------------------------------------------
 
@@ -175,7 +203,9 @@ class KubeClient:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": accept, "Content-Type": content_type}
         target = path
-        for attempt in range(_MAX_429_RETRIES + 1):
+        refreshed = False
+        attempt = 0
+        while True:
             m, url, hdrs, data, post = self.api.param_serialize(
                 method=method,
                 resource_path=path,
@@ -198,11 +228,18 @@ class KubeClient:
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 raise ApiError(self.name, 0, _transport_message(e), verb=method, target=target) from e
             except k8s_client.ApiException as e:  # TLS failures surface as status-0 ApiException
-                raise ApiError(self.name, e.status or 0, str(e.reason), verb=method, target=target) from e
+                reason = str(e.reason)
+                said = reason if e.status else _transport_message(Exception(reason.replace("\n", ": ")))
+                raise ApiError(self.name, e.status or 0, said, verb=method, target=target) from e
             if 200 <= resp.status < 300:
                 return json.loads(raw) if raw else None
+            if resp.status == 401 and not refreshed:
+                refreshed = True  # once per request: a revoked credential must not loop
+                if self.refresh_credentials():
+                    continue
             retry_after = _retry_after(resp.headers.get("Retry-After"))
             if resp.status == 429 and attempt < _MAX_429_RETRIES:
+                attempt += 1
                 time.sleep(min(retry_after or 1.0, 10.0))
                 continue
             reason, message = _status_message(raw, resp.reason)
@@ -215,7 +252,6 @@ class KubeClient:
                 target=target,
                 retry_after=retry_after,
             )
-        raise AssertionError("unreachable")
 
     # -- discovery ------------------------------------------------------------
 

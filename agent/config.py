@@ -56,6 +56,28 @@ class AgentSettings:
     log_level: str = "info"
     #: host:port of the health/metrics/status HTTP server of `run` (empty disables it).
     listen: str = "127.0.0.1:8080"
+    #: Kubernetes Leases shard clusters across replicas: "auto" (on in a Pod or with a
+    #: management kubeconfig), "on" or "off".
+    leases: str = "auto"
+    #: The cluster that holds the Leases ("" in a Pod: the cluster the Pod runs in).
+    management_kubeconfig: str = ""
+    management_context: str = ""
+    #: Namespace of the Leases ("": the Pod's namespace, else `namespace`).
+    lease_namespace: str = ""
+    #: This replica's Lease holder identity ("": $POD_NAME or host name, pid and a random suffix).
+    replica_id: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    #: On SIGTERM: how long running passes may finish before they are abandoned.
+    shutdown_grace: float = 30.0
+    #: /healthz fails when the scheduler has not ticked for this long.
+    stuck_after: float = 120.0
+    #: Per-cluster backoff after failures: base doubles per consecutive failure, up to cap.
+    backoff_base: float = 10.0
+    backoff_cap: float = 600.0
+    #: How often the config file is checked for changes (0 disables reloading).
+    reload_interval: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -431,7 +453,7 @@ def _source(r: _Reader, base_dir: Path) -> SourceConfig:
     return cfg
 
 
-def _agent(r: _Reader) -> AgentSettings:
+def _agent(r: _Reader, base_dir: Path) -> AgentSettings:
     d = AgentSettings()
     name = r.get("name", str, d.name)
     if not _DNS_LABEL.match(name):
@@ -448,6 +470,30 @@ def _agent(r: _Reader) -> AgentSettings:
     listen = r.get("listen", str, d.listen)
     if listen and not re.fullmatch(r"[^\s:]*:\d{1,5}", listen):
         raise r.error("listen", f"must be host:port (or empty to disable), got {listen!r}")
+    leases = r.get("leases", str, d.leases)
+    if leases not in ("auto", "on", "off"):
+        raise r.error("leases", f"must be auto, on or off, got {leases!r}")
+    management = r.get("management_kubeconfig", str, d.management_kubeconfig)
+    if management:
+        resolved = (base_dir / os.path.expanduser(management)).resolve()
+        if not resolved.is_file():
+            raise r.error("management_kubeconfig", f"file not found: {resolved}")
+        management = str(resolved)
+    lease_namespace = r.get("lease_namespace", str, d.lease_namespace)
+    if lease_namespace and not _DNS_LABEL.match(lease_namespace):
+        raise r.error("lease_namespace", f"not a valid namespace name: {lease_namespace!r}")
+    timings = {
+        name: r.duration(name, getattr(d, name), minimum=minimum)
+        for name, minimum in (
+            ("lease_duration", 1.0), ("renew_deadline", 0.001), ("retry_period", 0.001),
+            ("shutdown_grace", 0.0), ("stuck_after", 1.0), ("backoff_base", 0.001), ("backoff_cap", 0.001),
+            ("reload_interval", 0.0),
+        )
+    }
+    if not timings["retry_period"] < timings["renew_deadline"] < timings["lease_duration"]:
+        raise r.error("renew_deadline", "leases need retry_period < renew_deadline < lease_duration")
+    if timings["backoff_cap"] < timings["backoff_base"]:
+        raise r.error("backoff_cap", "must be at least backoff_base")
     cfg = AgentSettings(
         name=name,
         namespace=namespace,
@@ -455,6 +501,12 @@ def _agent(r: _Reader) -> AgentSettings:
         log_format=log_format,
         log_level=log_level,
         listen=listen,
+        leases=leases,
+        management_kubeconfig=management,
+        management_context=r.get("management_context", str, d.management_context),
+        lease_namespace=lease_namespace,
+        replica_id=r.get("replica_id", str, d.replica_id),
+        **timings,
     )
     r.finish()
     return cfg
@@ -497,7 +549,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     base_dir = base_dir or Path.cwd()
     top = _Reader(data, "", file)
     agent_table = top.sub("agent")
-    agent = _agent(agent_table) if agent_table else AgentSettings()
+    agent = _agent(agent_table, base_dir) if agent_table else AgentSettings()
     source_table = top.sub("source")
     if source_table is None:
         raise top.error("source", "required table is missing ([source] with url)")

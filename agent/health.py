@@ -1,11 +1,14 @@
 """The agent's HTTP endpoints and Prometheus metrics.
 
-``/healthz`` fails only when the agent's own loop is stuck (the scheduler has
-not ticked for a while) — never because a cluster is failing (invariant 7:
-cluster failures show in ``/status``, metrics and logs, not as a restart
-loop). ``/readyz`` is ready once the config is loaded and the first source
-fetch was attempted. ``/metrics`` is Prometheus text; ``/status`` is JSON.
-Started by ``Daemon``; the recording helpers are called by ``Fleet``.
+``/healthz`` fails only when the agent's own loop is stuck (the scheduler or
+the lease loop has not ticked for ``stuck_after`` seconds) — never because a
+cluster is failing (invariant 7: cluster failures show in ``/status``,
+metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
+the config is loaded and the first source fetch was attempted, and not while
+shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what
+``gitops-agent status`` prints); ``POST /sync?cluster=NAME`` asks for a pass
+now (``gitops-agent sync``). Started by ``scheduler.Daemon``; the recording
+helpers are called by ``scheduler.Fleet``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -30,6 +34,34 @@ from agent.model import ClusterResult, Outcome
 
 STUCK_AFTER = 120.0  # seconds without a scheduler tick before /healthz fails
 
+#: ``classify(error)`` → the ``reason`` label of ``gitops_agent_reconcile_errors_total``.
+ERROR_REASONS = (
+    ("timed out", "timeout"),
+    ("write refused", "fenced"),
+    ("HTTP 401", "unauthorized"),
+    ("HTTP 403", "forbidden"),
+    ("TLS", "tls"),
+    ("cannot load credentials", "credentials"),
+    ("render of cluster", "render"),
+    ("HTTP 0", "unreachable"),
+    ("internal error", "internal"),
+)
+
+
+def classify(result: ClusterResult) -> str:
+    """One word for why a pass failed: ``timeout``, ``unauthorized``, ``tls``, ``render``, ..."""
+    if result.error is None:
+        return "objects" if not result.ok else ""
+    for needle, reason in ERROR_REASONS:
+        if needle in result.error:
+            return reason
+    return "api"
+
+
+def conflicting(result: ClusterResult) -> int:
+    """Objects left unchanged because every differing field was yielded to its owner."""
+    return sum(1 for r in result.results if r.outcome is Outcome.UNCHANGED and "yielded" in r.message)
+
 
 class Metrics:
     """Per-cluster series, in a registry of their own (tests create many agents in one process)."""
@@ -37,30 +69,64 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        c = ["cluster"]
         self.duration = Histogram(
             "gitops_agent_reconcile_duration_seconds",
             "Duration of one reconcile pass.",
-            ["cluster"],
+            c,
             registry=r,
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
         )
         self.results = Counter(
-            "gitops_agent_reconcile_total", "Reconcile passes by result.", ["cluster", "result"], registry=r
+            "gitops_agent_reconcile_total", "Reconcile passes by result.", [*c, "result"], registry=r
+        )
+        self.errors = Counter(
+            "gitops_agent_reconcile_errors_total",
+            "Failed passes by reason (timeout, unauthorized, tls, unreachable, render, fenced, ...).",
+            [*c, "reason"],
+            registry=r,
         )
         self.last_success = Gauge(
             "gitops_agent_last_success_timestamp_seconds",
             "Unix time of the last successful pass.",
-            ["cluster"],
+            c,
             registry=r,
         )
         self.revision = Gauge(
             "gitops_agent_last_success_revision_info",
             "Revision of the last successful pass (value 1).",
-            ["cluster", "revision"],
+            [*c, "revision"],
             registry=r,
         )
         self.objects = Gauge(
-            "gitops_agent_objects", "Objects by outcome in the last pass.", ["cluster", "outcome"], registry=r
+            "gitops_agent_objects", "Objects by outcome in the last pass.", [*c, "outcome"], registry=r
+        )
+        self.objects_total = Counter(
+            "gitops_agent_object_outcomes_total",
+            "Objects by outcome, summed over passes.",
+            [*c, "outcome"],
+            registry=r,
+        )
+        self.failures = Gauge(
+            "gitops_agent_cluster_consecutive_failures",
+            "Failed passes since the last success.",
+            c,
+            registry=r,
+        )
+        self.next_run = Gauge(
+            "gitops_agent_cluster_next_run_timestamp_seconds",
+            "Unix time of the next scheduled pass.",
+            c,
+            registry=r,
+        )
+        self.suspended = Gauge(
+            "gitops_agent_cluster_suspended", "1 while the cluster is suspended.", c, registry=r
+        )
+        self.lease_held = Gauge(
+            "gitops_agent_lease_held",
+            "1 while this replica holds the cluster's Lease (writes).",
+            c,
+            registry=r,
         )
         self.fetch_duration = Histogram(
             "gitops_agent_source_fetch_duration_seconds", "Duration of one source poll.", registry=r
@@ -68,18 +134,70 @@ class Metrics:
         self.fetch_failures = Counter(
             "gitops_agent_source_failures_total", "Failed source polls.", registry=r
         )
+        self.fetch_success = Gauge(
+            "gitops_agent_source_last_success_timestamp_seconds",
+            "Unix time of the last good poll.",
+            registry=r,
+        )
+        self.tick = Gauge(
+            "gitops_agent_scheduler_last_tick_timestamp_seconds",
+            "Unix time of the scheduler's last tick.",
+            registry=r,
+        )
+        self.reloads = Counter(
+            "gitops_agent_config_reloads_total", "Config reloads by result.", ["result"], registry=r
+        )
+        self._revisions: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def record(self, result: ClusterResult) -> None:
         c = result.cluster
         if result.started and result.finished:
             self.duration.labels(c).observe((result.finished - result.started).total_seconds())
         self.results.labels(c, "success" if result.ok else "failure").inc()
-        for outcome in Outcome:
-            self.objects.labels(c, outcome.value).set(result.count(outcome))
+        if not result.ok:
+            self.errors.labels(c, classify(result)).inc()
+        counts = {o.value: result.count(o) for o in Outcome}
+        counts["conflicting"] = conflicting(result)
+        for outcome, n in counts.items():
+            self.objects.labels(c, outcome).set(n)
+            if n:
+                self.objects_total.labels(c, outcome).inc(n)
         if result.ok:
             self.last_success.labels(c).set(time.time())
-            self.revision.clear()  # one series per cluster: drop the previous revision's
+            with self._lock:  # one revision series per cluster: drop this cluster's previous one
+                old = self._revisions.get(c)
+                if old is not None and old != result.revision:
+                    self.revision.remove(c, old)
+                self._revisions[c] = result.revision
             self.revision.labels(c, result.revision).set(1)
+
+    def cluster_state(self, cluster: str, *, failures: int, next_run: float | None, suspended: bool) -> None:
+        self.failures.labels(cluster).set(failures)
+        self.next_run.labels(cluster).set(next_run or 0)
+        self.suspended.labels(cluster).set(1 if suspended else 0)
+
+    def remove(self, cluster: str) -> None:
+        """Forget a cluster removed from the config: its series disappear from /metrics."""
+        for metric in (
+            self.duration,
+            self.results,
+            self.errors,
+            self.last_success,
+            self.revision,
+            self.objects,
+            self.objects_total,
+            self.failures,
+            self.next_run,
+            self.suspended,
+            self.lease_held,
+        ):
+            # prometheus_client has no "remove by one label"; walk the children it knows.
+            for labels in list(metric._metrics):
+                if labels and labels[0] == cluster:
+                    metric.remove(*labels)
+        with self._lock:
+            self._revisions.pop(cluster, None)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -94,21 +212,27 @@ class HealthServer:
         *,
         metrics: Metrics,
         last_tick: Callable[[], float],
-        ready: Callable[[], bool],
+        ready: Callable[[], str | None],
         status: Callable[[], dict[str, Any]],
+        sync: Callable[[str], tuple[int, dict[str, Any]]] | None = None,
         stuck_after: float = STUCK_AFTER,
     ) -> None:
         host, _, port = listen.rpartition(":")
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                code, ctype, body = outer.respond(self.path.split("?")[0])
+            def _send(self, code: int, ctype: str, body: bytes) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._send(*outer.respond(self.path.split("?")[0]))
+
+            def do_POST(self) -> None:
+                self._send(*outer.post(self.path))
 
             def log_message(self, *args: Any) -> None:  # probes every few seconds: not worth a log line
                 pass
@@ -117,6 +241,7 @@ class HealthServer:
         self._last_tick = last_tick
         self._ready = ready
         self._status = status
+        self._sync = sync
         self.stuck_after = stuck_after
         self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
         self.server.daemon_threads = True
@@ -130,19 +255,28 @@ class HealthServer:
         if path == "/healthz":
             age = time.monotonic() - self._last_tick()
             if age > self.stuck_after:
-                return 503, "text/plain", f"scheduler stuck: no tick for {age:.0f}s\n".encode()
+                return 503, "text/plain", f"agent loop stuck: no tick for {age:.0f}s\n".encode()
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":
-            return (
-                (200, "text/plain", b"ok\n")
-                if self._ready()
-                else (503, "text/plain", b"not ready: first source fetch pending\n")
-            )
+            why = self._ready()
+            if why is None:
+                return 200, "text/plain", b"ok\n"
+            return 503, "text/plain", f"not ready: {why}\n".encode()
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, self.metrics.render()
         if path == "/status":
             return 200, "application/json", json.dumps(self._status(), indent=2).encode()
         return 404, "text/plain", b"not found\n"
+
+    def post(self, target: str) -> tuple[int, str, bytes]:
+        url = urlsplit(target)
+        if url.path != "/sync" or self._sync is None:
+            return 404, "text/plain", b"not found\n"
+        cluster = (parse_qs(url.query).get("cluster") or [""])[0]
+        if not cluster:
+            return 400, "application/json", b'{"error": "cluster=NAME is required"}\n'
+        code, body = self._sync(cluster)
+        return code, "application/json", json.dumps(body).encode()
 
     def start(self) -> None:
         self._thread.start()

@@ -56,10 +56,15 @@ COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER)
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # What tests rely on: namespace deletion finishes, ownerReferences cascade, every namespace
 # gets its `default` ServiceAccount and `kube-root-ca.crt`, legacy token Secrets get filled.
-CONTROLLERS = ("garbage-collector-controller", "namespace-controller", "serviceaccount-controller",
-               "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
-               # Without it the built-in admin/edit/view ClusterRoles have no rules at all.
-               "clusterrole-aggregation-controller")
+CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    # Without it the built-in admin/edit/view ClusterRoles have no rules at all.
+    "clusterrole-aggregation-controller",
+)
 TOKEN_LIFETIME_SECONDS = 10 * 365 * 24 * 3600
 # Small on purpose: a runaway test meets "database space exceeded" instead of filling /dev/shm.
 _ETCD_QUOTA_BYTES = 256 * 1024 * 1024
@@ -240,8 +245,9 @@ def token(
     paths = _Paths.of(name, state_dir)
     ns, sa = split_service_account(service_account)
     endpoint = _endpoint(paths, _require_running(paths))
-    bearer = service_account_token(endpoint, ns, sa, cluster_role=cluster_role,
-                                   lifetime_seconds=TOKEN_LIFETIME_SECONDS)
+    bearer = service_account_token(
+        endpoint, ns, sa, cluster_role=cluster_role, lifetime_seconds=TOKEN_LIFETIME_SECONDS
+    )
     paths.tokens.mkdir(exist_ok=True)
     write_private(paths.tokens / f"{ns}.{sa}.token", bearer.encode())
     return _write_token_kubeconfig(paths, endpoint.port, ns, sa)
@@ -259,8 +265,9 @@ def revoke(name: str, state_dir: Path, service_account: str, *, timeout: float =
     delete_service_account(_endpoint(paths, _require_running(paths)), ns, sa, bearer, timeout=timeout)
 
 
-def api_request(cluster: LocalCluster, method: str, path: str, body: Any = None, *,
-                timeout: float = 10.0) -> tuple[int, Any]:
+def api_request(
+    cluster: LocalCluster, method: str, path: str, body: Any = None, *, timeout: float = 10.0
+) -> tuple[int, Any]:
     """One request as the cluster admin: (HTTP status, decoded JSON body or text). For tests and the demo.
 
     Raises ``OSError`` (``TimeoutError`` included) when the apiserver does not answer.
@@ -269,13 +276,18 @@ def api_request(cluster: LocalCluster, method: str, path: str, body: Any = None,
     return https(endpoint, method, path, body, timeout=timeout)
 
 
-def kubectl(kubeconfig: Path, *args: str, check: bool = True, stdin: str | None = None,
-            timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    kubeconfig: Path, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """Run the pinned kubectl against ``kubeconfig`` (never the one on PATH)."""
     # A discovery cache per kubeconfig directory: a loopback port reused by a later cluster must
     # not be served another cluster's cached discovery from ~/.kube/cache.
-    argv = [str(tools.tool("kubectl")), f"--kubeconfig={kubeconfig}",
-            f"--cache-dir={kubeconfig.parent / '.kube-cache'}", *args]
+    argv = [
+        str(tools.tool("kubectl")),
+        f"--kubeconfig={kubeconfig}",
+        f"--cache-dir={kubeconfig.parent / '.kube-cache'}",
+        *args,
+    ]
     out = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     if check and out.returncode != 0:
         raise LocalClusterError(f"kubectl {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
@@ -372,21 +384,40 @@ def _controller_manager_args(paths: _Paths, binary: Path) -> list[str]:
     ]
 
 
-def _wait_ready(paths: _Paths, ports: Ports, watch: tuple[str, ...], deadline: float,
-                offsets: dict[str, int]) -> None:
-    _wait_for(paths, watch, deadline, offsets, "kube-apiserver to be ready",
-              lambda: https(_endpoint(paths, ports), "GET", "/readyz", timeout=2.0)[0] == 200)
+def _wait_ready(
+    paths: _Paths, ports: Ports, watch: tuple[str, ...], deadline: float, offsets: dict[str, int]
+) -> None:
+    _wait_for(
+        paths,
+        watch,
+        deadline,
+        offsets,
+        "kube-apiserver to be ready",
+        lambda: https(_endpoint(paths, ports), "GET", "/readyz", timeout=2.0)[0] == 200,
+    )
 
 
 def _wait_controllers(paths: _Paths, ports: Ports, deadline: float, offsets: dict[str, int]) -> None:
     # The serviceaccount controller creating default/default proves the controllers are running.
     probe = "/api/v1/namespaces/default/serviceaccounts/default"
-    _wait_for(paths, COMPONENTS, deadline, offsets, "the controllers to start",
-              lambda: https(_endpoint(paths, ports), "GET", probe)[0] == 200)
+    _wait_for(
+        paths,
+        COMPONENTS,
+        deadline,
+        offsets,
+        "the controllers to start",
+        lambda: https(_endpoint(paths, ports), "GET", probe)[0] == 200,
+    )
 
 
-def _wait_for(paths: _Paths, watch: tuple[str, ...], deadline: float, offsets: dict[str, int], what: str,
-              done: Callable[[], bool]) -> None:
+def _wait_for(
+    paths: _Paths,
+    watch: tuple[str, ...],
+    deadline: float,
+    offsets: dict[str, int],
+    what: str,
+    done: Callable[[], bool],
+) -> None:
     while True:
         _check_alive(paths, watch, offsets)
         with contextlib.suppress(OSError):
@@ -402,7 +433,8 @@ def _check_alive(paths: _Paths, components: tuple[str, ...], offsets: dict[str, 
         if _live_pid(paths, component) is None:
             tail = _tail(paths.log(component), offsets.get(component, 0))
             raise LocalClusterError(
-                f"{paths.name}: {component} exited during startup; log {paths.log(component)} ends:\n{tail}")
+                f"{paths.name}: {component} exited during startup; log {paths.log(component)} ends:\n{tail}"
+            )
 
 
 def _ensure_etcd_data(paths: _Paths) -> None:
@@ -455,8 +487,14 @@ def _spawn(paths: _Paths, component: str, argv: list[str]) -> None:
     with open(paths.log(component), "ab") as log:
         log.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {component}\n".encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=paths.root, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=paths.root,
+            start_new_session=True,
+        )
     _CHILDREN[proc.pid] = proc
     paths.pidfile(component).write_text(f"{proc.pid}\n")
 
@@ -507,9 +545,13 @@ def _running(paths: _Paths) -> LocalCluster | None:
         return None
     etcd, apiserver, kcm = (p for p in pids if p is not None)
     return LocalCluster(
-        name=paths.name, state_dir=paths.root.parent, kubeconfig=paths.kubeconfig,
-        api_url=f"https://127.0.0.1:{ports.apiserver}", ca_file=paths.pki.ca_cert,
-        ports=ports, pids=Pids(etcd, apiserver, kcm),
+        name=paths.name,
+        state_dir=paths.root.parent,
+        kubeconfig=paths.kubeconfig,
+        api_url=f"https://127.0.0.1:{ports.apiserver}",
+        ca_file=paths.pki.ca_cert,
+        ports=ports,
+        pids=Pids(etcd, apiserver, kcm),
     )
 
 
@@ -581,11 +623,25 @@ def _read_ports(paths: _Paths) -> Ports | None:
 def _write_kubeconfigs(paths: _Paths, ports: Ports) -> None:
     pki = paths.pki
     server = f"https://127.0.0.1:{ports.apiserver}"
-    write_kubeconfig(paths.kubeconfig, paths.name, server, pki.ca_cert, "admin", {
-        "client-certificate-data": b64(pki.admin_cert), "client-key-data": b64(pki.admin_key)})
-    write_kubeconfig(paths.kcm_kubeconfig, paths.name, server, pki.ca_cert, "kube-controller-manager", {
-        "client-certificate": str(pki.controller_manager_cert),
-        "client-key": str(pki.controller_manager_key)})
+    write_kubeconfig(
+        paths.kubeconfig,
+        paths.name,
+        server,
+        pki.ca_cert,
+        "admin",
+        {"client-certificate-data": b64(pki.admin_cert), "client-key-data": b64(pki.admin_key)},
+    )
+    write_kubeconfig(
+        paths.kcm_kubeconfig,
+        paths.name,
+        server,
+        pki.ca_cert,
+        "kube-controller-manager",
+        {
+            "client-certificate": str(pki.controller_manager_cert),
+            "client-key": str(pki.controller_manager_key),
+        },
+    )
     # Token kubeconfigs are rewritten too, so they follow the apiserver to a new port.
     for token_file in sorted(paths.tokens.glob("*.token")) if paths.tokens.is_dir() else []:
         ns, _, sa = token_file.stem.partition(".")
@@ -596,8 +652,9 @@ def _write_token_kubeconfig(paths: _Paths, port: int, ns: str, sa: str) -> Path:
     path = paths.tokens / f"{ns}.{sa}.kubeconfig"
     bearer = (paths.tokens / f"{ns}.{sa}.token").read_text()
     server = f"https://127.0.0.1:{port}"
-    write_kubeconfig(path, paths.name, server, paths.pki.ca_cert, f"system:serviceaccount:{ns}:{sa}",
-                     {"token": bearer})
+    write_kubeconfig(
+        path, paths.name, server, paths.pki.ca_cert, f"system:serviceaccount:{ns}:{sa}", {"token": bearer}
+    )
     return path
 
 
@@ -623,8 +680,11 @@ def _tail(path: Path, offset: int, lines: int = 30) -> str:
 
 
 def _tails(paths: _Paths, offsets: dict[str, int]) -> str:
-    return "\n".join(f"--- {paths.log(c)}:\n{_tail(paths.log(c), offsets.get(c, 0))}"
-                     for c in COMPONENTS if paths.log(c).exists())
+    return "\n".join(
+        f"--- {paths.log(c)}:\n{_tail(paths.log(c), offsets.get(c, 0))}"
+        for c in COMPONENTS
+        if paths.log(c).exists()
+    )
 
 
 def _endpoint(paths: _Paths, ports: Ports) -> Endpoint:

@@ -42,8 +42,13 @@ from agent.errors import LocalClusterError
 
 # Long enough that a state directory never outlives its certificates in practice.
 _VALIDITY = datetime.timedelta(days=3650)
-_SERVING_DNS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local")
+_SERVING_DNS = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 # 10.0.0.1 is the first address of --service-cluster-ip-range: the `kubernetes` Service's IP.
 _SERVING_IPS = ("127.0.0.1", "::1", "10.0.0.1")
 
@@ -97,9 +102,18 @@ class Pki:
         return self.directory / "sa.pub"
 
     def complete(self) -> bool:
-        files = (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key, self.admin_cert,
-                 self.admin_key, self.controller_manager_cert, self.controller_manager_key,
-                 self.sa_key, self.sa_pub)
+        files = (
+            self.ca_cert,
+            self.ca_key,
+            self.serving_cert,
+            self.serving_key,
+            self.admin_cert,
+            self.admin_key,
+            self.controller_manager_cert,
+            self.controller_manager_key,
+            self.sa_key,
+            self.sa_pub,
+        )
         return all(f.is_file() for f in files)
 
 
@@ -121,13 +135,22 @@ def ensure_pki(directory: Path, *, cluster_name: str) -> Pki:
     _issue(pki.admin_cert, pki.admin_key, ca_cert, ca_key, cn="gitops-agent-admin", org="system:masters")
     # Controllers run with this identity (--use-service-account-credentials=false), so it needs
     # every right the garbage collector and namespace controller use: system:masters is the simple way.
-    _issue(pki.controller_manager_cert, pki.controller_manager_key, ca_cert, ca_key,
-           cn="system:kube-controller-manager", org="system:masters")
+    _issue(
+        pki.controller_manager_cert,
+        pki.controller_manager_key,
+        ca_cert,
+        ca_key,
+        cn="system:kube-controller-manager",
+        org="system:masters",
+    )
     # RSA because RS256 is the ServiceAccount token algorithm every client and verifier supports.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(pki.sa_key, sa_key)
-    pki.sa_pub.write_bytes(sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pki.sa_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return pki
 
 
@@ -143,8 +166,9 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name,
-             public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
+) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()
@@ -164,29 +188,58 @@ def _ca_certificate(key: ec.EllipticCurvePrivateKey, cn: str) -> x509.Certificat
     return (
         _builder(name, name, key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(key, hashes.SHA256())
     )
 
 
-def _issue(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey,
-           *, cn: str, org: str | None = None, server: bool = False) -> None:
+def _issue(
+    cert_path: Path,
+    key_path: Path,
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    *,
+    cn: str,
+    org: str | None = None,
+    server: bool = False,
+) -> None:
     key = _ec_key()
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
     builder = (
         _builder(_name(cn, org), ca_cert.subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         # Python 3.13's default TLS verification (VERIFY_X509_STRICT) requires the AKI.
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                       critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
     )
     if server:
         sans: list[x509.GeneralName] = [x509.DNSName(d) for d in _SERVING_DNS]
@@ -201,18 +254,24 @@ def _write_pair(cert_path: Path, key_path: Path, cert: x509.Certificate, key: _P
 
 
 def _write_key(path: Path, key: _PrivateKey) -> None:
-    write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+    write_private(
+        path,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
 
 
-def write_kubeconfig(path: Path, cluster: str, server: str, ca_cert: Path, user: str,
-                     credentials: dict[str, str]) -> None:
+def write_kubeconfig(
+    path: Path, cluster: str, server: str, ca_cert: Path, user: str, credentials: dict[str, str]
+) -> None:
     """Write a one-context kubeconfig (context and cluster named ``cluster``) readable only by us."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster,
-                      "cluster": {"server": server, "certificate-authority-data": b64(ca_cert)}}],
+        "clusters": [
+            {"name": cluster, "cluster": {"server": server, "certificate-authority-data": b64(ca_cert)}}
+        ],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
         "current-context": cluster,
@@ -252,22 +311,32 @@ def split_service_account(service_account: str) -> tuple[str, str]:
     return ns, sa
 
 
-def service_account_token(endpoint: Endpoint, ns: str, sa: str, *, cluster_role: str | None,
-                          lifetime_seconds: int) -> str:
+def service_account_token(
+    endpoint: Endpoint, ns: str, sa: str, *, cluster_role: str | None, lifetime_seconds: int
+) -> str:
     """A bound token (TokenRequest API) for ``ns/sa``, creating the namespace, account and binding."""
     _ensure(endpoint, "/api/v1/namespaces", "Namespace", {"metadata": {"name": ns}})
-    _ensure(endpoint, f"/api/v1/namespaces/{ns}/serviceaccounts", "ServiceAccount",
-            {"metadata": {"name": sa}})
+    _ensure(
+        endpoint, f"/api/v1/namespaces/{ns}/serviceaccounts", "ServiceAccount", {"metadata": {"name": sa}}
+    )
     if cluster_role is not None:
         rbac = "rbac.authorization.k8s.io"
-        _ensure(endpoint, f"/apis/{rbac}/v1/clusterrolebindings", "ClusterRoleBinding", {
-            "apiVersion": f"{rbac}/v1",
-            "metadata": {"name": f"gitops-agent-local:{ns}:{sa}:{cluster_role}"},
-            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": cluster_role},
-            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
-        })
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-               "spec": {"expirationSeconds": lifetime_seconds}}
+        _ensure(
+            endpoint,
+            f"/apis/{rbac}/v1/clusterrolebindings",
+            "ClusterRoleBinding",
+            {
+                "apiVersion": f"{rbac}/v1",
+                "metadata": {"name": f"gitops-agent-local:{ns}:{sa}:{cluster_role}"},
+                "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": cluster_role},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+            },
+        )
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": lifetime_seconds},
+    }
     code, body = https(endpoint, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", request)
     if code != 201:
         raise LocalClusterError(f"{endpoint.cluster}: TokenRequest for {ns}/{sa} failed: HTTP {code}: {body}")
@@ -275,8 +344,9 @@ def service_account_token(endpoint: Endpoint, ns: str, sa: str, *, cluster_role:
     return token
 
 
-def delete_service_account(endpoint: Endpoint, ns: str, sa: str, bearer: str | None, *,
-                           timeout: float) -> None:
+def delete_service_account(
+    endpoint: Endpoint, ns: str, sa: str, bearer: str | None, *, timeout: float
+) -> None:
     """Delete ``ns/sa`` and wait until ``bearer`` (one of its tokens) is refused with 401.
 
     The wait is needed: the apiserver caches successful token authentications for ~10 s.
@@ -299,8 +369,16 @@ def _ensure(endpoint: Endpoint, collection: str, kind: str, obj: dict[str, Any])
         raise LocalClusterError(f"{endpoint.cluster}: creating {what} failed: HTTP {code}: {body}")
 
 
-def https(endpoint: Endpoint, method: str, path: str, body: Any = None, *, admin: bool = True,
-          token: str | None = None, timeout: float = 10.0) -> tuple[int, Any]:
+def https(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    admin: bool = True,
+    token: str | None = None,
+    timeout: float = 10.0,
+) -> tuple[int, Any]:
     """One request: (status, JSON-decoded body or text). ``admin`` presents the system:masters cert.
 
     Raises ``OSError`` (``TimeoutError`` included) when nothing answers.

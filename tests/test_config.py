@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from agent.config import DEFAULT_CONFLICT_RULES, ClusterSettings, load_config, parse_duration
+from agent.config import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, load_config, parse_duration
 from agent.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +74,7 @@ def test_example_config_loads_and_documents_every_default(tmp_path: Path) -> Non
     # The [defaults] table of the example states exactly the loader's defaults.
     mgmt = cfg.cluster("mgmt").settings
     assert mgmt == ClusterSettings()
+    assert replace(cfg.agent, listen=AgentSettings().listen) == AgentSettings()
 
 
 @pytest.mark.parametrize(
@@ -141,6 +143,18 @@ def test_example_config_loads_and_documents_every_default(tmp_path: Path) -> Non
         (
             GOOD.replace("[source]", "[agent]\nlisten = 'localhost'\n\n[source]"),
             "agent.listen: must be host:port",
+        ),
+        (
+            GOOD.replace("[source]", "[agent]\nrenew_deadline = '20s'\n\n[source]"),
+            "agent.renew_deadline: leases need",
+        ),
+        (
+            GOOD.replace("[source]", "[agent]\nleases = 'maybe'\n\n[source]"),
+            "agent.leases: must be auto, on or off",
+        ),
+        (
+            GOOD.replace("[source]", "[agent]\nmanagement_kubeconfig = 'nope'\n\n[source]"),
+            "agent.management_kubeconfig: file not found",
         ),
     ],
 )

@@ -1,0 +1,153 @@
+"""The HTTP endpoints and metrics without a cluster: liveness is the agent's (invariant 7).
+
+``/healthz`` answers from the agent's own tick only; cluster failures are
+metrics with per-cluster series that the Prometheus text parser reads;
+``/readyz`` waits for the first source fetch; ``POST /sync`` reaches the
+daemon's callback; backoff doubles to its cap and resets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.health import HealthServer, Metrics, classify
+from agent.model import ApplyResult, ClusterResult, ObjectKey, Outcome
+from agent.scheduler import backoff_delay
+
+
+def _result(cluster: str, *, error: str | None = None, outcomes: tuple[Outcome, ...] = ()) -> ClusterResult:
+    start = datetime.now(UTC)
+    return ClusterResult(
+        cluster,
+        "a" * 40,
+        results=[ApplyResult(ObjectKey("", "ConfigMap", "ns", f"o{i}"), o) for i, o in enumerate(outcomes)],
+        error=error,
+        started=start,
+        finished=start + timedelta(seconds=1.5),
+    )
+
+
+def _families(metrics: Metrics) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+
+
+def test_metrics_parse_and_carry_a_series_per_cluster() -> None:
+    m = Metrics()
+    m.record(_result("east", outcomes=(Outcome.CREATED, Outcome.UNCHANGED, Outcome.PRUNED)))
+    m.record(_result("west", error="cluster 'west': GET /api: HTTP 401 Unauthorized: Unauthorized"))
+    m.cluster_state("west", failures=1, next_run=time.time() + 10, suspended=False)
+    fams = _families(m)
+    for name in (
+        "gitops_agent_reconcile_duration_seconds",
+        "gitops_agent_reconcile",
+        "gitops_agent_reconcile_errors",
+        "gitops_agent_last_success_timestamp_seconds",
+        "gitops_agent_last_success_revision_info",
+        "gitops_agent_objects",
+        "gitops_agent_cluster_consecutive_failures",
+        "gitops_agent_source_fetch_duration_seconds",
+        "gitops_agent_source_failures",
+    ):
+        assert name in fams, sorted(fams)
+    samples = [s for f in fams.values() for s in f.samples]
+    clusters = {s.labels.get("cluster") for s in samples} - {None}
+    assert clusters == {"east", "west"}
+    by = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
+    assert by[("gitops_agent_reconcile_total", (("cluster", "east"), ("result", "success")))] == 1
+    assert by[("gitops_agent_reconcile_errors_total", (("cluster", "west"), ("reason", "unauthorized")))] == 1
+    assert by[("gitops_agent_objects", (("cluster", "east"), ("outcome", "pruned")))] == 1
+    assert by[("gitops_agent_reconcile_duration_seconds_sum", (("cluster", "east"),))] == 1.5
+    assert by[("gitops_agent_cluster_consecutive_failures", (("cluster", "west"),))] == 1
+
+
+def test_the_revision_series_of_one_cluster_never_drops_another_clusters() -> None:
+    m = Metrics()
+    m.record(_result("east"))
+    west = _result("west")
+    west.revision = "b" * 40
+    m.record(west)
+    m.record(_result("east"))
+    info = [s for s in _families(m)["gitops_agent_last_success_revision_info"].samples]
+    assert sorted(s.labels["cluster"] for s in info) == ["east", "west"]
+    m.remove("east")
+    assert 'cluster="east"' not in m.render().decode()
+    assert 'cluster="west"' in m.render().decode()
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        ("timed out: pass did not finish within 5s", "timeout"),
+        ("cluster 'x': GET /api: HTTP 401 Unauthorized: Unauthorized", "unauthorized"),
+        ("cluster 'x': GET /api: HTTP 0 : TLS certificate verification failed (wrong CA?)", "tls"),
+        ("cluster 'x': GET /api: HTTP 0 : connection refused (is the API server running?)", "unreachable"),
+        ("cluster 'x': write refused: lease lost", "fenced"),
+        ("render of cluster 'x' failed (1 problem(s)):\n  a.yaml:3: bad", "render"),
+        ("cluster 'x': PATCH /api/v1/...: HTTP 500 InternalError: boom", "api"),
+    ],
+)
+def test_each_failure_has_a_reason_label(error: str, reason: str) -> None:
+    assert classify(_result("x", error=error)) == reason
+
+
+def test_backoff_doubles_to_its_cap_and_is_zero_after_success() -> None:
+    assert [backoff_delay(n, base=10, cap=600) for n in range(9)] == [0, 10, 20, 40, 80, 160, 320, 600, 600]
+
+
+def _get(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_liveness_healthz_fails_only_when_the_agents_own_tick_stops() -> None:
+    tick = [time.monotonic()]
+    ready: list[str | None] = ["first source fetch pending"]
+    synced: list[str] = []
+
+    def sync(name: str) -> tuple[int, dict[str, Any]]:
+        synced.append(name)
+        return (202, {"cluster": name}) if name == "east" else (404, {"error": "no such cluster"})
+
+    m = Metrics()
+    # Every cluster failing is not the agent being stuck.
+    for _ in range(20):
+        m.record(_result("east", error="cluster 'east': GET /api: HTTP 0 : connection refused"))
+    server = HealthServer(
+        "127.0.0.1:0",
+        metrics=m,
+        last_tick=lambda: tick[0],
+        ready=lambda: ready[0],
+        status=lambda: {"clusters": [{"cluster": "east", "state": "failed"}]},
+        sync=sync,
+        stuck_after=1.0,
+    )
+    server.start()
+    try:
+        assert _get(server.port, "/healthz") == (200, "ok\n")
+        assert _get(server.port, "/readyz")[0] == 503
+        ready[0] = None
+        assert _get(server.port, "/readyz")[0] == 200
+        assert json.loads(_get(server.port, "/status")[1])["clusters"][0]["state"] == "failed"
+        assert _get(server.port, "/sync?cluster=east", "POST")[0] == 202
+        assert _get(server.port, "/sync?cluster=nope", "POST")[0] == 404
+        assert _get(server.port, "/sync", "POST")[0] == 400
+        assert synced == ["east", "nope"]
+        tick[0] = time.monotonic() - 5
+        code, body = _get(server.port, "/healthz")
+        assert code == 503 and "stuck" in body
+    finally:
+        server.stop()

@@ -1,6 +1,14 @@
 # gitops-agent container image.
-# Versions live in one place: the image ARGs below must equal tools/versions.env
-# (tests/test_packaging.py checks), and the tool versions are read from that file.
+#
+#   docker build -t gitops-agent .
+#
+# One place for versions: tools/versions.env. The base images below are ARG defaults
+# because FROM cannot read a file; tests/test_packaging.py checks they equal versions.env,
+# and the tools stage reads KUSTOMIZE_VERSION and HELM_VERSION from that file, building
+# them exactly as scripts/install-control-plane does (the test compares the commands).
+# The final stage holds Python, the agent in a virtualenv, kustomize, helm, ssh-keygen and
+# gpg (commit signature checks); no compilers, no Go, no pip cache. It runs as uid 65532
+# with a read-only root filesystem: HOME=/tmp and the Git cache are volumes (manifests/).
 
 ARG GO_BUILDER_IMAGE=golang:1.26-bookworm
 ARG PYTHON_BASE_IMAGE=python:3.11-slim-bookworm
@@ -9,32 +17,39 @@ ARG PYTHON_BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${GO_BUILDER_IMAGE} AS tools
 WORKDIR /src
 COPY tools/versions.env ./
-ENV CGO_ENABLED=0 GOFLAGS=-trimpath GOBIN=/out
+ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath" GOBIN=/out
 RUN set -eu; . ./versions.env; \
     go install -ldflags "-s -w" "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"; \
     go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
-      "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+      "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"; \
+    /out/kustomize version; /out/helm version --short
 
-# --- the Python package as wheels (no compilers reach the final stage)
-FROM ${PYTHON_BASE_IMAGE} AS wheels
+# --- the agent and its dependencies in a virtualenv (binary wheels; nothing is compiled)
+FROM ${PYTHON_BASE_IMAGE} AS venv
 WORKDIR /src
+RUN python -m venv /opt/gitops-agent
 COPY pyproject.toml README.md ./
 COPY agent ./agent
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN /opt/gitops-agent/bin/pip install --no-cache-dir --only-binary=:all: --no-binary=gitops-agent . \
+ && /opt/gitops-agent/bin/gitops-agent --version
 
 # --- final image
 FROM ${PYTHON_BASE_IMAGE}
-# git: signature checks and SSH transport helpers; openssh-client: ssh-keygen -Y verify; gnupg: GPG keyrings.
+# openssh-client: `ssh-keygen -Y verify` (SSH-signed commits); gnupg: GPG-signed commits.
+# Git itself is libgit2 inside the pygit2 wheel: no git binary is needed.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git openssh-client gnupg \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=wheels /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+ && apt-get install -y --no-install-recommends openssh-client gnupg \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --uid 65532 --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin agent
+COPY --from=venv /opt/gitops-agent /opt/gitops-agent
 COPY --from=tools /out/kustomize /out/helm /usr/local/bin/
-RUN useradd --uid 65532 --user-group --no-create-home --home-dir /tmp agent
-# With a read-only root filesystem, /tmp and the cache are emptyDir volumes (see manifests/).
-ENV HOME=/tmp GITOPS_AGENT_CACHE=/var/cache/gitops-agent PYTHONUNBUFFERED=1
+# HOME=/tmp and GITOPS_AGENT_CACHE are emptyDir volumes in manifests/ (read-only root filesystem).
+ENV PATH=/opt/gitops-agent/bin:$PATH \
+    HOME=/tmp \
+    GITOPS_AGENT_CACHE=/var/cache/gitops-agent \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["gitops-agent"]

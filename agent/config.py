@@ -15,32 +15,15 @@ import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from agent.errors import ConfigError
+from agent.tomlreader import TableReader, type_name
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ADOPT_MODES = ("never", "if-unowned", "always")
 PROPAGATION_POLICIES = ("background", "foreground", "orphan")
-
-
-def parse_duration(text: str) -> float:
-    """``"1h30m"`` → 5400.0 seconds. Raises ``ValueError`` on anything else."""
-    text = text.strip()
-    if not text:
-        raise ValueError("empty duration")
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if pos != len(text):
-        raise ValueError(f"invalid duration {text!r} (use e.g. 30s, 5m, 1h30m, 500ms)")
-    return total
 
 
 @dataclass(frozen=True)
@@ -217,87 +200,8 @@ class Config:
 # ---------------------------------------------------------------------------
 # Loading
 
-T = TypeVar("T")
 
-
-class _Reader:
-    """Reads one TOML table, checking types and recording which keys were used."""
-
-    def __init__(self, table: Any, path: str, file: str) -> None:
-        if not isinstance(table, dict):
-            raise ConfigError(path, f"must be a table, got {type(table).__name__}", file=file)
-        self.table: dict[str, Any] = table
-        self.path = path
-        self.file = file
-        self.used: set[str] = set()
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def error(self, name: str, message: str) -> ConfigError:
-        return ConfigError(self.key(name), message, file=self.file)
-
-    def get(
-        self, name: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False
-    ) -> Any:
-        self.used.add(name)
-        if name not in self.table:
-            if required:
-                raise self.error(name, "required key is missing")
-            return default
-        value = self.table[name]
-        # bool is an int in Python; never accept true for a number.
-        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-            raise self.error(name, f"expected {_type_name(kind)}, got boolean")
-        if not isinstance(value, kind):
-            raise self.error(name, f"expected {_type_name(kind)}, got {_type_name(type(value))}")
-        return value
-
-    def duration(self, name: str, default: float, *, minimum: float = 0.001) -> float:
-        value = self.get(name, str)
-        if value is None:
-            return default
-        try:
-            seconds = parse_duration(value)
-        except ValueError as e:
-            raise self.error(name, str(e)) from None
-        if seconds < minimum:
-            raise self.error(name, f"must be at least {minimum:g}s, got {value!r}")
-        return seconds
-
-    def string_list(self, name: str) -> tuple[str, ...] | None:
-        value = self.get(name, list)
-        if value is None:
-            return None
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise ConfigError(f"{self.key(name)}[{i}]", "expected string", file=self.file)
-        return tuple(value)
-
-    def sub(self, name: str) -> _Reader | None:
-        value = self.get(name, dict)
-        return None if value is None else _Reader(value, self.key(name), self.file)
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.table) - self.used)
-        if unknown:
-            raise self.error(unknown[0], "unknown key" + _suggest(unknown[0], self.used))
-
-
-def _type_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "table"}
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _suggest(name: str, known: set[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _settings(r: _Reader, base: ClusterSettings) -> ClusterSettings:
+def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
     s = base
     values: dict[str, Any] = {}
     if (v := r.get("field_manager", str)) is not None:
@@ -342,14 +246,14 @@ def _settings(r: _Reader, base: ClusterSettings) -> ClusterSettings:
 _SETTING_KEYS = {f.name for f in fields(ClusterSettings)}
 
 
-def _repo_relative(r: _Reader, name: str, value: str) -> str:
+def _repo_relative(r: TableReader, name: str, value: str) -> str:
     p = Path(value)
     if p.is_absolute() or ".." in p.parts:
         raise r.error(name, f"must be a path inside the repository, got {value!r}")
     return p.as_posix().strip("/") or "."
 
 
-def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig:
+def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterConfig:
     name = r.get("name", str, required=True)
     if not _DNS_LABEL.match(name):
         raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
@@ -386,7 +290,7 @@ def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig
                     k, "variable names are letters, digits and '_', not starting with a digit"
                 )
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise vars_table.error(k, f"expected string or number, got {_type_name(type(v))}")
+                raise vars_table.error(k, f"expected string or number, got {type_name(type(v))}")
             variables[k] = str(v)
             vars_table.used.add(k)
     helm = None
@@ -414,7 +318,7 @@ def _cluster(r: _Reader, base: ClusterSettings, base_dir: Path) -> ClusterConfig
     )
 
 
-def _source(r: _Reader, base_dir: Path) -> SourceConfig:
+def _source(r: TableReader, base_dir: Path) -> SourceConfig:
     url = r.get("url", str, required=True)
     if not url.strip():
         raise r.error("url", "must not be empty")
@@ -453,7 +357,7 @@ def _source(r: _Reader, base_dir: Path) -> SourceConfig:
     return cfg
 
 
-def _agent(r: _Reader, base_dir: Path) -> AgentSettings:
+def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
     d = AgentSettings()
     name = r.get("name", str, d.name)
     if not _DNS_LABEL.match(name):
@@ -485,8 +389,13 @@ def _agent(r: _Reader, base_dir: Path) -> AgentSettings:
     timings = {
         name: r.duration(name, getattr(d, name), minimum=minimum)
         for name, minimum in (
-            ("lease_duration", 1.0), ("renew_deadline", 0.001), ("retry_period", 0.001),
-            ("shutdown_grace", 0.0), ("stuck_after", 1.0), ("backoff_base", 0.001), ("backoff_cap", 0.001),
+            ("lease_duration", 1.0),
+            ("renew_deadline", 0.001),
+            ("retry_period", 0.001),
+            ("shutdown_grace", 0.0),
+            ("stuck_after", 1.0),
+            ("backoff_base", 0.001),
+            ("backoff_cap", 0.001),
             ("reload_interval", 0.0),
         )
     }
@@ -512,7 +421,7 @@ def _agent(r: _Reader, base_dir: Path) -> AgentSettings:
     return cfg
 
 
-def _conflict_rule(r: _Reader) -> ConflictRule:
+def _conflict_rule(r: TableReader) -> ConflictRule:
     manager = r.get("manager", str, required=True)
     action = r.get("action", str, required=True)
     if action not in ("force", "yield"):
@@ -547,7 +456,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None = None) -> Config:
     base_dir = base_dir or Path.cwd()
-    top = _Reader(data, "", file)
+    top = TableReader(data, "", file)
     agent_table = top.sub("agent")
     agent = _agent(agent_table, base_dir) if agent_table else AgentSettings()
     source_table = top.sub("source")
@@ -564,7 +473,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     clusters: list[ClusterConfig] = []
     seen: dict[str, int] = {}
     for i, table in enumerate(clusters_raw):
-        c = _cluster(_Reader(table, f"clusters[{i}]", file), defaults, base_dir)
+        c = _cluster(TableReader(table, f"clusters[{i}]", file), defaults, base_dir)
         if c.name in seen:
             raise ConfigError(
                 f"clusters[{i}].name",
@@ -577,7 +486,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     rules_raw = top.get("conflict_rules", list)
     if rules_raw is not None:
         rules = tuple(
-            _conflict_rule(_Reader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
+            _conflict_rule(TableReader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
         )
     top.finish()
     return Config(agent=agent, source=source, clusters=tuple(clusters), conflict_rules=rules, file=file)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, load_config, parse_duration
+from agent.config import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, load_config
 from agent.errors import ConfigError
+from agent.tomlreader import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,6 +27,7 @@ from agent import config as config_mod
 from agent.cli import main
 from agent.config import Config, parse_config
 from agent.errors import ConfigError
+from agent.tomlreader import TableReader
 from tests.agentkit import make_repo, unique
 from tests.clusters import ClusterPool, kubectl
 
@@ -86,14 +87,14 @@ def table(data: dict[str, Any], section: str) -> dict[str, Any]:
 def accepted_keys(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[set[Key], set[str]]:
     """(section, key) pairs the loader reads, and the sections (tables) among them."""
     seen: set[Key] = set()
-    original = config_mod._Reader.get
+    original = TableReader.get
 
-    def spy(self: config_mod._Reader, name: str, *args: Any, **kwargs: Any) -> Any:
+    def spy(self: TableReader, name: str, *args: Any, **kwargs: Any) -> Any:
         seen.add((re.sub(r"\[\d+\]", "", self.path), name))
         return original(self, name, *args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(config_mod._Reader, "get", spy)
+        m.setattr(TableReader, "get", spy)
         parse_config(base_data(kubeconfig), base_dir=kubeconfig.parent)
     tables = {f"{s}.{k}".strip(".") for s, k in seen if k in ("agent", "source", "defaults", "clusters")}
     tables |= {"source.auth", "source.verify", "clusters.vars", "clusters.helm", "conflict_rules"}

@@ -1,0 +1,108 @@
+"""Typed reads of TOML tables that name the key path of every mistake.
+
+``config`` builds the agent's settings with it: each getter checks the type,
+records the key as used (so ``finish`` can reject unknown keys, suggesting the
+closest known one), and raises ``ConfigError`` naming ``table.key`` and the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from agent.errors import ConfigError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"1h30m"`` → 5400.0 seconds. Raises ``ValueError`` on anything else."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty duration")
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise ValueError(f"invalid duration {text!r} (use e.g. 30s, 5m, 1h30m, 500ms)")
+    return total
+
+
+class TableReader:
+    """Reads one TOML table, checking types and recording which keys were used."""
+
+    def __init__(self, table: Any, path: str, file: str) -> None:
+        if not isinstance(table, dict):
+            raise ConfigError(path, f"must be a table, got {type(table).__name__}", file=file)
+        self.table: dict[str, Any] = table
+        self.path = path
+        self.file = file
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, name: str, message: str) -> ConfigError:
+        return ConfigError(self.key(name), message, file=self.file)
+
+    def get(
+        self, name: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False
+    ) -> Any:
+        self.used.add(name)
+        if name not in self.table:
+            if required:
+                raise self.error(name, "required key is missing")
+            return default
+        value = self.table[name]
+        # bool is an int in Python; never accept true for a number.
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.error(name, f"expected {type_name(kind)}, got boolean")
+        if not isinstance(value, kind):
+            raise self.error(name, f"expected {type_name(kind)}, got {type_name(type(value))}")
+        return value
+
+    def duration(self, name: str, default: float, *, minimum: float = 0.001) -> float:
+        value = self.get(name, str)
+        if value is None:
+            return default
+        try:
+            seconds = parse_duration(value)
+        except ValueError as e:
+            raise self.error(name, str(e)) from None
+        if seconds < minimum:
+            raise self.error(name, f"must be at least {minimum:g}s, got {value!r}")
+        return seconds
+
+    def string_list(self, name: str) -> tuple[str, ...] | None:
+        value = self.get(name, list)
+        if value is None:
+            return None
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ConfigError(f"{self.key(name)}[{i}]", "expected string", file=self.file)
+        return tuple(value)
+
+    def sub(self, name: str) -> TableReader | None:
+        value = self.get(name, dict)
+        return None if value is None else TableReader(value, self.key(name), self.file)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.table) - self.used)
+        if unknown:
+            raise self.error(unknown[0], "unknown key" + _suggest(unknown[0], self.used))
+
+
+def type_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "table"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _suggest(name: str, known: set[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

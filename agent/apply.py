@@ -82,7 +82,9 @@ def apply_changes(
             sent = dict(
                 zip(
                     sends,
-                    pool.map(lambda i: _apply_one(client, batch[i], options, replan, body_for), sends),
+                    pool.map(
+                        lambda c: _apply_one(client, c, options, replan, body_for), [batch[i] for i in sends]
+                    ),
                     strict=True,
                 )
             )

@@ -9,10 +9,11 @@ a readable error, never as an exception that could reach another cluster.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -23,6 +24,7 @@ from agent.config import ClusterConfig, Config
 from agent.errors import AgentError, ApiError, RenderError, RenderProblem
 from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids
 from agent.model import (
+    Action,
     ApplyResult,
     Change,
     ClusterResult,
@@ -31,6 +33,7 @@ from agent.model import (
     Manifest,
     ObjectKey,
     Outcome,
+    Plan,
     Revision,
     split_api_version,
 )
@@ -82,6 +85,14 @@ class ClusterReconciler:
         self.render_cache = render_cache or RenderCache()
         self.schema = SchemaIndex()
         self._schema_loaded: set[tuple[str, str]] = set()
+        #: Bumped whenever a schema document is added: plans made before may differ after.
+        self._schema_generation = 0
+        #: Last NOOP verdict per object: (desired object, live (resourceVersion, uid), change).
+        #: ``plan_object`` is a pure function of the desired object, the live object and the
+        #: options, and a resourceVersion names exactly one stored state of an object, so an equal
+        #: desired object against the same live version gets the same verdict without re-planning.
+        self._noop_memo: dict[ObjectKey, tuple[DesiredObject, tuple[str, str], Change]] = {}
+        self._memo_token: tuple[Any, ...] = ()
 
     @property
     def client(self) -> KubeClient:
@@ -121,8 +132,13 @@ class ClusterReconciler:
         out: list[DesiredObject] = []
         problems: list[RenderProblem] = []
         for obj in desired.objects:
-            m = copy.deepcopy(obj.manifest)
-            meta = m.setdefault("metadata", {})
+            # Only metadata changes here (namespace, our label): copy that level and share the rest
+            # with the render cache, which nothing downstream writes to (the planner and apply
+            # copy before editing). A deep copy per object per pass cost time and a copy of every object.
+            m = dict(obj.manifest)
+            meta = m["metadata"] = dict(m.get("metadata") or {})
+            if isinstance(meta.get("labels"), dict):
+                meta["labels"] = dict(meta["labels"])
             group = obj.key.group
             info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
             namespaced = info.namespaced if info else crd_scopes.get((group, obj.key.kind))
@@ -153,21 +169,33 @@ class ClusterReconciler:
             wanted.setdefault((k.group, k.kind), set()).add(k)
         crd_kinds = set(_crd_scopes(desired))
         disc = self.client.discovery()
+        served = {gk: info for gk in wanted if (info := disc.find_group_kind(*gk)) is not None}
+
+        def listing(gk: tuple[str, str]) -> list[Manifest] | ApiError:
+            try:
+                return self._list(served[gk], wanted[gk])
+            except ApiError as e:
+                return e
+
+        # Kinds are listed side by side on the cluster's own bounded pool: the server encodes
+        # one list while we decode another. Results are then taken in a fixed order.
+        workers = max(1, min(self.cluster.settings.concurrency, len(served)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"list-{self.cluster.name}") as pool:
+            listed = dict(zip(sorted(served), pool.map(listing, sorted(served)), strict=True))
         for gk, members in sorted(wanted.items()):
-            info = disc.find_group_kind(*gk)
+            info = served.get(gk)
             if info is None:
                 # Served nowhere: a kind a CRD in this commit adds has no objects yet.
                 state.complete[gk] = gk in crd_kinds
                 if gk not in crd_kinds:
                     state.errors.append(f"kind {gk[1]}.{gk[0]} is not served by the cluster")
                 continue
-            try:
-                items = self._list(info, members)
-            except ApiError as e:
-                if apply_stage.cluster_level(e):
-                    raise
+            items = listed[gk]
+            if isinstance(items, ApiError):
+                if apply_stage.cluster_level(items):
+                    raise items
                 state.complete[gk] = False
-                state.errors.append(f"listing {info.kind}: {e}")
+                state.errors.append(f"listing {info.kind}: {items}")
                 continue
             state.complete[gk] = True
             for it in items:
@@ -203,10 +231,15 @@ class ClusterReconciler:
                 continue
             try:
                 self.schema.add_document(self.client.openapi_v3(group, version))
+                self._schema_generation += 1
             except ApiError as e:
                 if apply_stage.cluster_level(e):
                     raise
-                # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply.
+                # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply
+                # now, and the next pass asks again (marking it loaded would plan its list-maps
+                # as atomic lists for good, re-applying every custom resource on every pass).
+                if e.status == 404:
+                    continue
             self._schema_loaded.add(gv)
 
     # -- the pass ---------------------------------------------------------------
@@ -247,7 +280,7 @@ class ClusterReconciler:
         # Objects whose kind could not be listed are left out: the planner skips them
         # (live state unknown) instead of mistaking them for absent.
         known = {k: live.objects.get(k) for k in by_key if live.complete.get((k.group, k.kind))}
-        the_plan = plan(self.cluster.name, revision.sha, desired, known, options)
+        the_plan = self.plan(revision.sha, desired, known, options)
         if not dry_run:
             if not inventory.exists:
                 store.ensure_namespace()
@@ -284,6 +317,56 @@ class ClusterReconciler:
         )
         if not dry_run:
             self._narrow(store, inventory, by_key, live, result.results)
+
+    def plan(
+        self,
+        revision: str,
+        desired: list[DesiredObject],
+        known: dict[ObjectKey, Manifest | None],
+        options: PlanOptions,
+    ) -> Plan:
+        """``plan.plan``, re-using last pass's NOOP verdicts where nothing they depend on changed."""
+        token = (
+            options.field_manager,
+            options.rules,
+            options.adopt,
+            options.membership_label,
+            id(options.schema),
+            self._schema_generation,
+        )
+        if token != self._memo_token:
+            self._noop_memo.clear()
+            self._memo_token = token
+        memo = self._noop_memo
+        reused: dict[ObjectKey, Change] = {}
+        todo: list[DesiredObject] = []
+        for obj in desired:
+            live = known.get(obj.key)
+            hit = memo.get(obj.key)
+            if (
+                hit is not None
+                and live is not None
+                and hit[1][0]
+                and hit[1] == _version(live)
+                and _same(hit[0], obj)
+            ):
+                reused[obj.key] = hit[2]
+            else:
+                todo.append(obj)
+        fresh = {c.key: c for c in plan(self.cluster.name, revision, todo, known, options).changes}
+        for obj in todo:
+            change = fresh[obj.key]
+            live = known.get(obj.key)
+            if change.action is Action.NOOP and live is not None:
+                memo[obj.key] = (obj, _version(live), change)
+            else:
+                memo.pop(obj.key, None)
+        if len(memo) > len(desired):  # objects that left Git
+            wanted = {o.key for o in desired}
+            for key in [k for k in memo if k not in wanted]:
+                del memo[key]
+        changes = tuple(reused.get(o.key) or fresh[o.key] for o in desired)
+        return Plan(cluster=self.cluster.name, revision=revision, changes=changes)
 
     def _prune_options(self, inventory_id: str, dry_run: bool) -> prune_stage.PruneOptions:
         s = self.cluster.settings
@@ -325,6 +408,15 @@ class ClusterReconciler:
         new = {m.key: m for m in record_uids(members.values(), uids)}
         if new != inventory.members:
             store.write(new.values())
+
+
+def _same(a: DesiredObject, b: DesiredObject) -> bool:
+    return a is b or (a.provenance == b.provenance and a.manifest == b.manifest)
+
+
+def _version(live: Manifest) -> tuple[str, str]:
+    meta = live.get("metadata") or {}
+    return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
 
 
 def _crd_scopes(objs: Iterable[DesiredObject]) -> dict[tuple[str, str], bool]:

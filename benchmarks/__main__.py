@@ -1,0 +1,106 @@
+"""``python -m benchmarks COMMAND``: run one benchmark, or all of them, and write the results.
+
+Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``kube`` (1+2+3), ``memory`` (4),
+``git`` (5), ``isolation`` (6), ``all``. Prints a table while it runs; writes
+``benchmarks/results/<command>-<UTC time>.json`` and ``.md`` (git-ignored); ``--docs`` also
+writes the Markdown table to ``docs/benchmarks.md``. Local control planes are started under a
+temporary directory and deleted at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import bench_git, bench_isolation, bench_kube, bench_memory
+from benchmarks.markdown import render
+
+HERE = Path(__file__).resolve().parent
+KUBE_PARTS = {"apply": {"apply"}, "steady": {"steady"}, "change": {"change"}, "kube": {"steady", "change"}}
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    from agent import tools
+
+    kubectl = subprocess.run(
+        [str(tools.tool("kubectl")), "version", "--client", "-o", "json"], capture_output=True, text=True
+    )
+    try:
+        kver = json.loads(kubectl.stdout)["clientVersion"]["gitVersion"]
+    except (ValueError, KeyError):
+        kver = "?"
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "cpu": model,
+        "python": platform.python_version(),
+        "kubectl": kver,
+        "git": subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=[*KUBE_PARTS, "memory", "git", "isolation", "all"])
+    ap.add_argument("--sizes", default="500,2000,5000", help="objects for benchmarks 1-3")
+    ap.add_argument("--memory-sizes", default="1000,5000,10000", help="objects per cluster (3 clusters)")
+    ap.add_argument("--isolation-size", type=int, default=1000, help="objects per cluster (3 clusters)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of cheap steps (median reported)")
+    ap.add_argument("--git-files", type=int, default=bench_git.FILES)
+    ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON and Markdown go")
+    ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md")
+    args = ap.parse_args(argv)
+
+    bench_git.FILES, bench_git.COMMITS = args.git_files, args.git_commits
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    results: dict[str, Any] = {"command": args.command, "started": started.isoformat(), "machine": machine()}
+    root = Path(tempfile.mkdtemp(prefix="gitops-bench-"))
+    try:
+        cmd = args.command
+        if cmd in KUBE_PARTS or cmd == "all":
+            parts = KUBE_PARTS.get(cmd, {"steady", "change"}) | {"apply"}
+            sizes = [int(s) for s in args.sizes.split(",") if s]
+            results["kube"] = bench_kube.run(sizes, root, parts, reps=args.reps)
+        if cmd in ("memory", "all"):
+            sizes = [int(s) for s in args.memory_sizes.split(",") if s]
+            results["memory"] = bench_memory.run(sizes, root)
+        if cmd in ("git", "all"):
+            results["git"] = bench_git.run(root, reps=max(3, args.reps))
+        if cmd in ("isolation", "all"):
+            results["isolation"] = bench_isolation.run(root, n=args.isolation_size, reps=args.reps)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    results["seconds"] = round(time.perf_counter() - t0, 1)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.command}-{stamp}.json").write_text(json.dumps(results, indent=1) + "\n")
+    text = render(results)
+    (args.out / f"{args.command}-{stamp}.md").write_text(text)
+    if args.docs:
+        (HERE.parent / "docs" / "benchmarks.md").write_text(text)
+    print(f"\nwrote {args.out / f'{args.command}-{stamp}.json'} ({results['seconds']}s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Benchmark 5: Git polls on a repository of 10,000 commits and 5,000 files, agent versus ``git fetch``.
+
+Called by ``benchmarks.__main__`` (``python -m benchmarks git``).
+
+The repository is generated with ``git fast-import`` (one commit adding every file, then one
+commit changing one file each) and served from a local path. The agent is ``agent.source.GitSource``
+(``poll``: ls-remote in a child process, fetch only when the ref moved, then an atomic checkout of
+the new commit); the peer is plain ``git fetch`` in a clone of its own. Each "one new commit" step
+first commits once to the source, then both fetch that same commit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness as h
+
+FILES = 5000
+COMMITS = 10000
+
+
+def _git(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, check=True)
+    return out.stdout.decode()
+
+
+def _blob(text: str) -> bytes:
+    data = text.encode()
+    return b"data %d\n" % len(data) + data + b"\n"
+
+
+def _commit_header(n: int) -> bytes:
+    msg = f"commit {n}".encode()
+    head = b"commit refs/heads/main\ncommitter Bench <bench@example.com> %d +0000\n" % (1_600_000_000 + n)
+    return head + b"data %d\n%s\n" % (len(msg), msg)
+
+
+def generate(path: Path, files: int, commits: int) -> float:
+    """A bare repository with ``commits`` commits and ``files`` files; returns seconds taken."""
+    t0 = time.perf_counter()
+    _git("init", "--bare", "-q", "-b", "main", str(path))
+    chunks: list[bytes] = [_commit_header(0)]
+    for i in range(files):
+        chunks.append(b"M 100644 inline " + f"dir{i // 100:02d}/file{i:05d}.yaml\n".encode())
+        chunks.append(_blob(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: f{i}\ndata:\n  v: '0'\n"))
+    for n in range(1, commits):
+        i = (n * 7919) % files
+        chunks.append(_commit_header(n))
+        chunks.append(b"M 100644 inline " + f"dir{i // 100:02d}/file{i:05d}.yaml\n".encode())
+        chunks.append(_blob(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: f{i}\ndata:\n  v: '{n}'\n"))
+    _git("fast-import", "--quiet", cwd=path, stdin=b"".join(chunks))
+    return time.perf_counter() - t0
+
+
+def add_commit(path: Path, n: int) -> str:
+    """One more commit on main of the bare repository ``path`` (through a fast-import of its own)."""
+    stream = _commit_header(10**6 + n) + b"from refs/heads/main^0\n"
+    stream += b"M 100644 inline new/file" + str(n).encode() + b".yaml\n" + _blob(f"n: {n}\n")
+    _git("fast-import", "--quiet", cwd=path, stdin=stream)
+    return _git("rev-parse", "refs/heads/main", cwd=path).strip()
+
+
+def run(root: Path, reps: int = 5) -> dict[str, Any]:
+    from agent.config import SourceConfig
+    from agent.source import GitSource
+
+    src = root / "git-src.git"
+    shutil.rmtree(src, ignore_errors=True)
+    made = generate(src, FILES, COMMITS)
+    count = int(_git("rev-list", "--count", "main", cwd=src))
+    files = len(_git("ls-tree", "-r", "--name-only", "main", cwd=src).splitlines())
+    out: dict[str, Any] = {"commits": count, "files": files, "generate_seconds": round(made, 2), "rows": []}
+
+    source = GitSource(SourceConfig(url=str(src), branch="main"), root / "git-cache")
+    peer = root / "git-peer"
+    shutil.rmtree(peer, ignore_errors=True)
+
+    t0 = time.perf_counter()
+    first = source.poll()
+    agent_clone = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # --no-local: the pack protocol, as the agent's libgit2 uses (not hard links to the source).
+    _git("clone", "-q", "--bare", "--no-local", str(src), str(peer))
+    peer_clone = time.perf_counter() - t0
+    out["rows"].append(
+        _row("initial clone (+checkout)", [agent_clone], [peer_clone], "git clone --bare --no-local")
+    )
+
+    def agent_poll() -> float:
+        t = time.perf_counter()
+        source.poll()
+        return time.perf_counter() - t
+
+    def git_fetch() -> float:
+        t = time.perf_counter()
+        _git("fetch", "-q", "origin", "+refs/heads/main:refs/heads/main", cwd=peer)
+        return time.perf_counter() - t
+
+    idle_agent = [agent_poll() for _ in range(reps)]
+    idle_peer = [git_fetch() for _ in range(reps)]
+    out["rows"].append(_row("poll, no new commit", idle_agent, idle_peer, "git fetch"))
+    new_agent: list[float] = []
+    new_peer: list[float] = []
+    new_peer_tree: list[float] = []
+    for i in range(reps):
+        sha = add_commit(src, i)
+        new_agent.append(agent_poll())
+        if source.last_good is None or source.last_good.sha != sha:
+            raise RuntimeError("the agent did not deliver the new commit")
+        new_peer.append(git_fetch())
+        t = time.perf_counter()
+        tree = root / f"git-peer-tree-{i}"
+        tree.mkdir()
+        archive = subprocess.run(["git", "archive", "main"], cwd=peer, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        new_peer_tree.append(new_peer[-1] + time.perf_counter() - t)
+        shutil.rmtree(tree)
+    out["rows"].append(_row("poll, one new commit", new_agent, new_peer, "git fetch"))
+    out["rows"].append(_row("poll, one new commit", new_agent, new_peer_tree, "git fetch + full tree export"))
+    out["agent_fetches"] = source.fetch_count
+    out["first_revision"] = first.sha
+    for row in out["rows"]:
+        print(
+            f"git {row['metric']:<28} time x{row['time_ratio']!s:<7} agent {row['agent_seconds']:7.3f}s"
+            f"  |  {row['peer_name']:<16} {row['peer_seconds']:7.3f}s",
+            flush=True,
+        )
+    return out
+
+
+def _row(metric: str, agent: list[float], peer: list[float], peer_name: str) -> dict[str, Any]:
+    a, p = h.median(agent), h.median(peer)
+    return {
+        "metric": metric,
+        "agent_seconds": round(a, 4),
+        "peer_name": peer_name,
+        "peer_seconds": round(p, 4),
+        "time_ratio": h.ratio(a, p),
+        "agent_runs": [round(x, 4) for x in agent],
+        "peer_runs": [round(x, 4) for x in peer],
+    }

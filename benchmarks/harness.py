@@ -1,0 +1,300 @@
+"""Shared machinery of the benchmarks: clusters, server-side request counts, the agent and kubectl.
+
+Used by every ``benchmarks.bench_*`` module. Nothing here measures by itself.
+
+Request counts come from the API server, never from the agent: ``apiserver_request_total`` is
+scraped from ``/metrics`` with the admin client certificate before and after a measured step and
+the difference is split by verb. Two sources of noise are removed, and the rest is reported:
+
+* the kube-controller-manager is paused (SIGSTOP) for the duration of a counted step, so its
+  discovery refreshes and reactions to our writes are not counted against the tool measured;
+* rows for ``leases`` (the API server's own identity heartbeat every 10 s) and the health
+  endpoints are dropped: neither the agent nor kubectl touches them in these benchmarks.
+
+An idle window of 10 s with both measures in place counts 0 requests (checked by ``noise``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent import localcluster, tools
+from agent.localcluster import LocalCluster
+
+_ROW = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+_IGNORED_RESOURCES = {"leases"}
+_IGNORED_PATHS = {"/healthz", "/readyz", "/livez", "/metrics"}
+
+
+# -- clusters ---------------------------------------------------------------------------------
+
+
+class ClusterSet:
+    """Local control planes started for one benchmark; ``close`` (always called) deletes them."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.clusters: dict[str, LocalCluster] = {}
+
+    def start(self, *names: str) -> list[LocalCluster]:
+        self.clusters.update(dict.fromkeys(names))  # type: ignore[arg-type]  # recorded before start
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+            started = list(pool.map(lambda n: localcluster.start(n, self.state_dir), names))
+        for c in started:
+            self.clusters[c.name] = c
+        return started
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            localcluster.thaw(name, self.state_dir)
+        localcluster.delete(name, self.state_dir)
+        self.clusters.pop(name, None)
+
+    def close(self) -> None:
+        for name in list(self.clusters):
+            with contextlib.suppress(Exception):
+                self.delete(name)
+
+    def __enter__(self) -> ClusterSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def controllers_paused(*clusters: LocalCluster) -> Iterator[None]:
+    """SIGSTOP the controller managers while requests are counted (their traffic is not ours)."""
+    pids = [c.pids.controller_manager for c in clusters]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+# -- request counts at the server --------------------------------------------------------------
+
+
+def scrape(cluster: LocalCluster) -> dict[tuple[tuple[str, str], ...], float]:
+    code, body = localcluster.api_request(cluster, "GET", "/metrics", timeout=30.0)
+    if code != 200 or not isinstance(body, str):
+        raise RuntimeError(f"{cluster.name}: GET /metrics answered {code}")
+    rows: dict[tuple[tuple[str, str], ...], float] = {}
+    for line in body.splitlines():
+        m = _ROW.match(line)
+        if m:
+            rows[tuple(sorted(_LABEL.findall(m.group(1))))] = float(m.group(2))
+    return rows
+
+
+@dataclass
+class Requests:
+    """Requests the server counted during one step, by verb and by "VERB resource"."""
+
+    by_verb: Counter[str] = field(default_factory=Counter)
+    by_resource: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_verb.values())
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(self.by_verb + other.by_verb, self.by_resource + other.by_resource)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "by_verb": dict(sorted(self.by_verb.items()))}
+
+    def short(self) -> str:
+        return " ".join(f"{v}={n}" for v, n in sorted(self.by_verb.items(), key=lambda x: -x[1]))
+
+
+def difference(before: dict[Any, float], after: dict[Any, float]) -> Requests:
+    out = Requests()
+    for key, value in after.items():
+        n = round(value - before.get(key, 0.0))
+        if n <= 0:
+            continue
+        labels = dict(key)
+        if labels.get("resource") in _IGNORED_RESOURCES or labels.get("subresource") in _IGNORED_PATHS:
+            continue
+        verb = labels.get("verb", "?")
+        if labels.get("dry_run"):
+            verb += "(dry-run)"
+        out.by_verb[verb] += n
+        what = labels.get("resource") or labels.get("subresource") or "?"
+        out.by_resource[f"{verb} {what}"] += n
+    return out
+
+
+@dataclass
+class Measured:
+    seconds: float
+    requests: Requests
+    value: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 3), "requests": self.requests.to_json()}
+
+
+def measure(clusters: list[LocalCluster], step: Callable[[], Any]) -> Measured:
+    """Run ``step`` with the controller managers paused; wall time and requests counted at the servers."""
+    with controllers_paused(*clusters):
+        before = [scrape(c) for c in clusters]
+        t0 = time.perf_counter()
+        value = step()
+        seconds = time.perf_counter() - t0
+        after = [scrape(c) for c in clusters]
+    total = Requests()
+    for b, a in zip(before, after, strict=True):
+        total = total + difference(b, a)
+    return Measured(seconds, total, value)
+
+
+def noise(cluster: LocalCluster, seconds: float = 5.0) -> int:
+    """Requests counted while nobody does anything (should be 0)."""
+    return measure([cluster], lambda: time.sleep(seconds)).requests.total
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+# -- kubectl ----------------------------------------------------------------------------------
+
+
+def kubectl(cluster: LocalCluster, *args: str, ok: tuple[int, ...] = (0,), timeout: float = 900.0) -> str:
+    """The pinned kubectl (agent.tools) with a discovery cache of this cluster's own."""
+    argv = [
+        str(tools.tool("kubectl")),
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--cache-dir={cluster.directory / '.kube-cache'}",
+        *args,
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if out.returncode not in ok:
+        raise RuntimeError(f"kubectl {' '.join(args[:3])} exited {out.returncode}: {out.stderr[-2000:]}")
+    return out.stdout
+
+
+# -- the agent ----------------------------------------------------------------------------------
+
+
+def quiet_logs() -> None:
+    """The agent logs every pass at info; benchmarks want warnings only (and no time spent on logs)."""
+    from agent import logs
+
+    logs.configure("console", "warning")
+
+
+def write_config(
+    path: Path,
+    repo: Path,
+    cache_dir: Path,
+    clusters: list[LocalCluster],
+    *,
+    agent: str = "bench",
+    workload_path: str = "workload",
+    defaults: str = "",
+) -> Path:
+    lines = [
+        "[agent]",
+        f'name = "{agent}"',
+        f'cache_dir = "{cache_dir}"',
+        'listen = ""',
+        'log_level = "warning"',
+        "",
+        "[source]",
+        f'url = "{repo}"',
+        "",
+        "[defaults]",
+        'pass_deadline = "600s"',
+        # The brake is about deleting; these benchmarks never prune, so it stays at its default.
+        defaults,
+        "",
+    ]
+    for c in clusters:
+        lines += [
+            "[[clusters]]",
+            f'name = "{c.name}"',
+            f'kubeconfig = "{c.kubeconfig}"',
+            f'paths = ["{workload_path}"]',
+            "",
+        ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def commit_workload(repo: Path, items_dir: Path, message: str) -> str:
+    """Commit ``items_dir`` as ``workload/`` (the whole tree) of the benchmark repository."""
+    from agent.demo import commit_directory
+
+    with tempfile.TemporaryDirectory(prefix="bench-tree-") as tmp:
+        tree = Path(tmp) / "workload"
+        shutil.copytree(items_dir, tree)
+        return commit_directory(repo, Path(tmp), message)
+
+
+class InProcessAgent:
+    """``gitops-agent run`` without the daemon: GitSource + Fleet, warm between passes (as deployed)."""
+
+    def __init__(self, config_file: Path) -> None:
+        from agent.config import load_config
+        from agent.scheduler import Fleet
+        from agent.source import GitSource
+
+        self.config = load_config(config_file)
+        self.source = GitSource(self.config.source, Path(self.config.agent.cache_dir) / "git")
+        self.fleet = Fleet(self.config)
+
+    def reconcile(self, *, dry_run: bool = False, only: list[str] | None = None) -> list[Any]:
+        revision = self.source.poll()
+        results = self.fleet.reconcile_all(revision, dry_run=dry_run, only=only)
+        for r in results:
+            if not r.ok:
+                raise RuntimeError(f"agent pass on {r.cluster} failed: {r.error or r.prune_refused}")
+        return results
+
+    def close(self) -> None:
+        self.fleet.close()
+
+
+def outcome_counts(results: list[Any]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for r in results:
+        for x in r.results:
+            counts[x.outcome.value] += 1
+    return dict(counts)
+
+
+def format_row(size: int | str, row: dict[str, Any]) -> str:
+    """One line of the console table: agent and peer side by side, ratio first."""
+    a, p = row["agent"], row["peer"]
+    status = "" if "met" not in row else ("  target met" if row["met"] else "  TARGET MISSED")
+    return (
+        f"{row['metric']:<24} {size!s:>6}  time x{row['time_ratio']!s:<6} "
+        f"agent {a['seconds']:8.3f}s {a['requests']['total']:6d} req  |  "
+        f"{row['peer_name']:<28} {p['seconds']:8.3f}s {p['requests']['total']:6d} req{status}"
+    )

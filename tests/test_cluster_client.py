@@ -1,0 +1,118 @@
+"""The cluster client's HTTP behaviour: 429 with Retry-After, and transport failures as ApiError.
+
+Throttling is HTTP, not Kubernetes semantics, so a plain loopback server that
+answers 429 stands in for an overloaded API server here; everything that is a
+Kubernetes behaviour is tested against real API servers elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.cluster import KubeClient
+from agent.errors import ApiError
+
+
+class Throttling:
+    """Answers 429 (Retry-After: 1) to the first ``throttle`` requests, then 200 with a JSON body."""
+
+    def __init__(self, throttle: int) -> None:
+        self.throttle = throttle
+        self.times: list[float] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.times.append(time.monotonic())
+                if len(outer.times) <= outer.throttle:
+                    body = json.dumps({"kind": "Status", "reason": "TooManyRequests", "message": "slow down"})
+                    self.send_response(429)
+                    self.send_header("Retry-After", "1")
+                else:
+                    body = json.dumps({"gitVersion": "v1.35.4"})
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def throttled(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Throttling, KubeClient]]:
+    server = Throttling(request.param)
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "t",
+                "clusters": [{"name": "t", "cluster": {"server": server.url}}],
+                "users": [{"name": "t", "user": {"token": "x"}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+            }
+        )
+    )
+    client = KubeClient.connect("throttled", kubeconfig=str(kubeconfig), request_timeout=5)
+    yield server, client
+    client.close()
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.mark.parametrize("throttled", [2], indirect=True)
+def test_429_is_retried_after_the_servers_retry_after(throttled: tuple[Throttling, KubeClient]) -> None:
+    server, client = throttled
+    assert client.server_version() == "v1.35.4"
+    assert len(server.times) == 3
+    gaps = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
+    assert all(g >= 0.9 for g in gaps), gaps
+
+
+@pytest.mark.parametrize("throttled", [100], indirect=True)
+def test_429_retries_are_bounded_and_end_in_an_api_error_carrying_retry_after(
+    throttled: tuple[Throttling, KubeClient],
+) -> None:
+    server, client = throttled
+    with pytest.raises(ApiError) as caught:
+        client.server_version()
+    assert caught.value.status == 429 and caught.value.retry_after == 1.0 and caught.value.retryable
+    assert len(server.times) == 4  # the first try and three retries
+
+
+def test_a_closed_port_is_a_status_0_api_error_saying_connection_refused(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "t",
+                "clusters": [{"name": "t", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "users": [{"name": "t", "user": {"token": "x"}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+            }
+        )
+    )
+    client = KubeClient.connect("gone", kubeconfig=str(kubeconfig))
+    with pytest.raises(ApiError) as caught:
+        client.server_version()
+    client.close()
+    assert caught.value.status == 0 and "connection refused" in str(caught.value)

@@ -85,7 +85,7 @@ def test_never_revert_foreign_labels_annotations_and_hpa_replicas_over_20_reconc
         kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
 
 
-def test_drift_a_kubectl_edit_of_a_declared_field_is_reverted_and_reported(
+def test_drift_versus_cooperation_kubectl_edit_of_a_declared_field_is_reverted_and_reported(
     tmp_path: Path, cluster_pool: ClusterPool
 ) -> None:
     a = cluster_pool["pool-a"]

@@ -32,6 +32,7 @@ from agent.health import Metrics
 from agent.lease import FencedClient
 from agent.model import ClusterResult, Outcome, Revision
 from agent.reconcile import ClusterReconciler
+from agent.render import RenderCache
 
 log = structlog.get_logger("gitops_agent.fleet")
 
@@ -116,6 +117,9 @@ class Fleet:
         #: Per-cluster write gate (leases, shutdown): None or the reason writes are refused.
         self.fence: Callable[[str], str | None] | None = None
         self._factory = reconciler_factory
+        #: One cache for every cluster: clusters serving the same paths and vars share one render
+        #: (and one copy of its objects); it outlives reconcilers replaced after a deadline or a reload.
+        self.render_cache = RenderCache()
         self._slots = {c.name: self._slot(c) for c in config.clusters}
         self._closing = threading.Event()
 
@@ -123,7 +127,7 @@ class Fleet:
         return _Slot(c, self._reconciler(c), ClusterStatus(c.name))
 
     def _reconciler(self, c: ClusterConfig) -> ClusterReconciler:
-        return self._factory(self.config, c, client_factory=self._client_for)
+        return self._factory(self.config, c, client_factory=self._client_for, render_cache=self.render_cache)
 
     def _client_for(self, c: ClusterConfig) -> KubeClient:
         client = FencedClient.from_config(c)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -182,6 +183,8 @@ class _Render:
         self.units: set[Path] = set()
         self.visited: set[Path] = set()
         self.bytes_read = 0
+        #: The output depends on ``spec.cluster`` (a Helm release named after it): not shareable.
+        self.used_cluster_name = False
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.tree).as_posix() if path != self.tree else "."
@@ -339,6 +342,7 @@ class _Render:
         settings = self.spec.helm
         configured = settings is not None and settings.chart.strip("/") in (rel, f"{rel}/")
         release = (settings.release_name if settings and configured else "") or self.spec.cluster
+        self.used_cluster_name |= release == self.spec.cluster
         namespace = settings.namespace if settings and configured else ""
         values: list[Path] = []
         for v in settings.values_files if settings and configured else ():
@@ -405,7 +409,10 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     job.duplicates()
     if job.problems:
         raise RenderError(job.problems, cluster=spec.cluster)
-    return DesiredSet(spec.cluster, revision, tuple(DesiredObject(m, p) for m, p in job.found))
+    ds = DesiredSet(spec.cluster, revision, tuple(DesiredObject(m, p) for m, p in job.found))
+    if not job.used_cluster_name:
+        _CLUSTER_NEUTRAL.add(ds)
+    return ds
 
 
 def dump_stream(ds: DesiredSet) -> str:
@@ -424,23 +431,45 @@ def dump_stream(ds: DesiredSet) -> str:
     return "".join(parts)
 
 
-class RenderCache:
-    """Last renders by (cluster, revision, paths, vars, exclude, helm), so drift-only passes skip rendering.
+@dataclass
+class _Entry:
+    """One successful render, shared by every cluster whose spec renders the same."""
 
-    Only successful renders of a known revision are kept; errors are not (a
-    missing binary may be fixed without a new commit). Thread-safe, LRU.
+    objects: tuple[DesiredObject, ...]
+    #: Per-cluster ``DesiredSet`` views of ``objects`` (only the ``cluster`` field differs).
+    views: dict[str, DesiredSet] = field(default_factory=dict)
+
+
+class RenderCache:
+    """Successful renders of a known revision, shared by clusters that render the same thing.
+
+    ``Fleet`` gives one cache to all its reconcilers. The key is the revision and
+    everything of the spec that changes the output (paths, vars, exclude, helm,
+    limits) -- not the cluster's name, unless the render used it (a Helm release
+    named after the cluster): then the entry is the cluster's own. Sharing means
+    3 clusters serving the same paths render, and hold, one tree; each gets its
+    own cheap ``DesiredSet`` over the same objects, which nothing downstream
+    writes to (``ClusterReconciler.prepare`` copies metadata, the planner copies
+    bodies; ``test_render_shared_between_clusters_is_never_mutated``).
+
+    Bounded for a daemon that sees many commits: at most ``revisions_per_spec``
+    renders (least recently used first out) per spec, and ``max_entries`` in
+    all. Errors are not kept (a missing binary may be fixed without a new
+    commit). Thread-safe; ``render`` computes a missing entry once even when
+    several clusters ask for it at the same time.
     """
 
-    def __init__(self, max_entries: int = 64) -> None:
+    def __init__(self, max_entries: int = 64, *, revisions_per_spec: int = 2) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[Any, ...], DesiredSet] = OrderedDict()
+        self.revisions_per_spec = revisions_per_spec
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self._flights: dict[tuple[Any, ...], threading.Lock] = {}
 
     @staticmethod
-    def key(revision: str, spec: RenderSpec) -> tuple[Any, ...]:
+    def spec_key(spec: RenderSpec) -> tuple[Any, ...]:
+        """What of ``spec`` changes a render's output, the cluster's name aside."""
         return (
-            spec.cluster,
-            revision,
             spec.paths,
             tuple(sorted(spec.vars.items())),
             spec.exclude,
@@ -449,34 +478,73 @@ class RenderCache:
             spec.max_output_bytes,
         )
 
+    @classmethod
+    def key(cls, revision: str, spec: RenderSpec, *, own: bool = False) -> tuple[Any, ...]:
+        """The entry's key; ``own``: the key of a render that depends on the cluster's name."""
+        return (revision, cls.spec_key(spec), spec.cluster if own else None)
+
     def get(self, revision: str, spec: RenderSpec) -> DesiredSet | None:
         if not revision:
             return None
         with self._lock:
-            key = self.key(revision, spec)
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-            return found
+            for key in (self.key(revision, spec), self.key(revision, spec, own=True)):
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self._entries.move_to_end(key)
+                    view = entry.views.get(spec.cluster)
+                    if view is None:
+                        view = entry.views[spec.cluster] = DesiredSet(spec.cluster, revision, entry.objects)
+                    return view
+            return None
 
     def put(self, revision: str, spec: RenderSpec, ds: DesiredSet) -> None:
+        """Keep ``ds`` (a successful render of ``revision``); shared only if ``render`` proved it may be."""
         if not revision:
             return
+        shared = ds in _CLUSTER_NEUTRAL
+        key = self.key(revision, spec, own=not shared)
         with self._lock:
-            self._entries[self.key(revision, spec)] = ds
-            self._entries.move_to_end(self.key(revision, spec))
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            if key not in self._entries:  # a render already shared stays the one everybody holds
+                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds})
+            self._entries.move_to_end(key)
+            self._evict(key)
+
+    def _evict(self, newest: tuple[Any, ...]) -> None:
+        same_spec = [k for k in self._entries if k[1:] == newest[1:]]
+        for k in same_spec[: max(0, len(same_spec) - self.revisions_per_spec)]:
+            del self._entries[k]
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
     def render(
         self, tree: Path, spec: RenderSpec, *, revision: str, runner: Runner | None = None
     ) -> DesiredSet:
-        """The cached set for (revision, spec), rendering it on a miss."""
+        """The cached set for (revision, spec), rendering it on a miss -- once for concurrent askers."""
         found = self.get(revision, spec)
-        if found is None:
-            found = render(tree, spec, revision=revision, runner=runner)
-            self.put(revision, spec, found)
+        if found is not None:
+            return found
+        if not revision:
+            return render(tree, spec, revision=revision, runner=runner)
+        flight_key = self.key(revision, spec)
+        with self._lock:
+            flight = self._flights.setdefault(flight_key, threading.Lock())
+        with flight:  # others asking for the same render wait for it instead of rendering too
+            found = self.get(revision, spec)
+            if found is None:
+                found = render(tree, spec, revision=revision, runner=runner)
+                self.put(revision, spec, found)
+        with self._lock:
+            if not flight.locked():
+                self._flights.pop(flight_key, None)
         return found
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __bool__(self) -> bool:
+        # An empty cache is still a cache: ``render_cache or RenderCache()`` must keep a shared one.
+        return True
+
+
+#: Renders that did not use the cluster's name (``put`` may share them): weak, so they go with them.
+_CLUSTER_NEUTRAL: weakref.WeakSet[DesiredSet] = weakref.WeakSet()

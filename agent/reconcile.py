@@ -9,9 +9,9 @@ a readable error, never as an exception that could reach another cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,21 +38,35 @@ from agent.model import (
     split_api_version,
 )
 from agent.plan import PlanOptions, plan, plan_object, request_body
-from agent.render import RenderCache, RenderSpec, render
+from agent.render import RenderCache, RenderSpec
 from agent.schema import SchemaIndex
 
 log = structlog.get_logger("gitops_agent.reconcile")
 ClientFactory = Callable[[ClusterConfig], KubeClient]
 
 
+GroupKind = tuple[str, str]
+#: Called on a listing thread with one completely listed kind's wanted objects, while they are
+#: still alive: what it returns is kept (``LiveState.inspected``), the objects need not be.
+Inspect = Callable[[GroupKind, dict[ObjectKey, Manifest]], Any]
+
+
 @dataclass
 class LiveState:
     """What one pass read from the cluster."""
 
+    #: Wanted objects found live (only those ``keep`` accepted when ``read_live`` was given one).
     objects: dict[ObjectKey, Manifest] = field(default_factory=dict)
     #: (group, kind) → the listing of that kind completed in this pass.
-    complete: dict[tuple[str, str], bool] = field(default_factory=dict)
+    complete: dict[GroupKind, bool] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: UID of every wanted object found live, kept whole or not.
+    uids: dict[ObjectKey, str] = field(default_factory=dict)
+    #: What ``inspect`` returned for each completely listed kind.
+    inspected: dict[GroupKind, Any] = field(default_factory=dict)
+
+    def found(self, key: ObjectKey) -> bool:
+        return key in self.uids
 
 
 def render_spec(cluster: ClusterConfig) -> RenderSpec:
@@ -117,13 +131,9 @@ class ClusterReconciler:
     # -- stages ---------------------------------------------------------------
 
     def render(self, revision: Revision) -> DesiredSet:
-        spec = render_spec(self.cluster)
-        cached = self.render_cache.get(revision.sha, spec)
-        if cached is not None:
-            return cached
-        desired = render(revision.tree, spec, revision=revision.sha)
-        self.render_cache.put(revision.sha, spec, desired)
-        return desired
+        # Through the cache's single flight: clusters sharing a render wait for the one rendering it
+        # instead of each rendering (and holding) its own copy at the same moment.
+        return self.render_cache.render(revision.tree, render_spec(self.cluster), revision=revision.sha)
 
     def prepare(self, desired: DesiredSet, inventory_id: str) -> list[DesiredObject]:
         """Default namespaces, refuse namespaced-ness mistakes, add our membership label."""
@@ -161,28 +171,49 @@ class ClusterReconciler:
             raise RenderError(problems, cluster=self.cluster.name)
         return out
 
-    def read_live(self, keys: Iterable[ObjectKey], desired: list[DesiredObject]) -> LiveState:
-        """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded."""
+    def read_live(
+        self,
+        keys: Iterable[ObjectKey],
+        desired: list[DesiredObject],
+        *,
+        inspect: Inspect | None = None,
+        keep: Callable[[ObjectKey], bool] | None = None,
+    ) -> LiveState:
+        """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded.
+
+        Every wanted object is kept whole unless ``keep`` says otherwise. A reconcile pass plans
+        each kind with ``inspect`` on the listing thread and keeps only prune candidates, so no
+        more than one listing per worker is alive at a time, instead of every object of the cluster.
+        """
         state = LiveState()
-        wanted: dict[tuple[str, str], set[ObjectKey]] = {}
+        wanted: dict[GroupKind, set[ObjectKey]] = {}
         for k in keys:
             wanted.setdefault((k.group, k.kind), set()).add(k)
         crd_kinds = set(_crd_scopes(desired))
         disc = self.client.discovery()
         served = {gk: info for gk in wanted if (info := disc.find_group_kind(*gk)) is not None}
 
-        def listing(gk: tuple[str, str]) -> list[Manifest] | ApiError:
+        def listing(gk: GroupKind) -> _Listed | ApiError:
             try:
-                return self._list(served[gk], wanted[gk])
+                items = self._list(served[gk], wanted[gk])
             except ApiError as e:
                 return e
+            # Only wanted objects are kept: the rest of the listing goes with this frame.
+            members = wanted[gk]
+            objects = {k: it for it in items if (k := ObjectKey.of(it)) in members}
+            del items
+            uids = {k: str((o.get("metadata") or {}).get("uid") or "") for k, o in objects.items()}
+            seen = inspect(gk, objects) if inspect is not None else None
+            if keep is not None:
+                objects = {k: o for k, o in objects.items() if keep(k)}
+            return _Listed(objects, uids, seen)
 
         # Kinds are listed side by side on the cluster's own bounded pool: the server encodes
         # one list while we decode another. Results are then taken in a fixed order.
         workers = max(1, min(self.cluster.settings.concurrency, len(served)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"list-{self.cluster.name}") as pool:
             listed = dict(zip(sorted(served), pool.map(listing, sorted(served)), strict=True))
-        for gk, members in sorted(wanted.items()):
+        for gk, _members in sorted(wanted.items()):
             info = served.get(gk)
             if info is None:
                 # Served nowhere: a kind a CRD in this commit adds has no objects yet.
@@ -190,18 +221,18 @@ class ClusterReconciler:
                 if gk not in crd_kinds:
                     state.errors.append(f"kind {gk[1]}.{gk[0]} is not served by the cluster")
                 continue
-            items = listed[gk]
-            if isinstance(items, ApiError):
-                if apply_stage.cluster_level(items):
-                    raise items
+            got = listed[gk]
+            if isinstance(got, ApiError):
+                if apply_stage.cluster_level(got):
+                    raise got
                 state.complete[gk] = False
-                state.errors.append(f"listing {info.kind}: {items}")
+                state.errors.append(f"listing {info.kind}: {got}")
                 continue
             state.complete[gk] = True
-            for it in items:
-                k = ObjectKey.of(it)
-                if k in members:
-                    state.objects[k] = it
+            state.objects.update(got.objects)
+            state.uids.update(got.uids)
+            if inspect is not None:
+                state.inspected[gk] = got.inspected
         return state
 
     def _list(self, info: ResourceInfo, members: set[ObjectKey]) -> list[Manifest]:
@@ -269,7 +300,6 @@ class ClusterReconciler:
         desired = self.prepare(desired_set, store.id)
         by_key = {o.key: o for o in desired}
         self.load_schema(desired)
-        live = self.read_live(set(by_key) | inventory.keys(), desired)
         options = PlanOptions(
             field_manager=self.field_manager,
             rules=self.config.conflict_rules,
@@ -277,10 +307,34 @@ class ClusterReconciler:
             adopt=self.cluster.settings.adopt,
             membership_label=(PART_OF, store.id),
         )
-        # Objects whose kind could not be listed are left out: the planner skips them
-        # (live state unknown) instead of mistaking them for absent.
-        known = {k: live.objects.get(k) for k in by_key if live.complete.get((k.group, k.kind))}
-        the_plan = self.plan(revision.sha, desired, known, options)
+        # Each kind is planned on its listing thread as soon as it is listed, and of the live
+        # objects only inventory members that left Git (prune candidates) are kept whole: holding
+        # every listed object of the cluster until the plan was done was most of a pass's memory.
+        self._memo_reset(options)
+        by_kind: dict[GroupKind, list[DesiredObject]] = {}
+        for o in desired:
+            by_kind.setdefault((o.key.group, o.key.kind), []).append(o)
+
+        def plan_kind(gk: GroupKind, objects: dict[ObjectKey, Manifest]) -> list[_Verdict]:
+            todo = by_kind.get(gk, [])
+            return self._verdicts(revision.sha, todo, {o.key: objects.get(o.key) for o in todo}, options)
+
+        live = self.read_live(
+            set(by_key) | inventory.keys(), desired, inspect=plan_kind, keep=lambda k: k not in by_key
+        )
+        verdicts: list[_Verdict] = []
+        for gk, todo in by_kind.items():
+            if gk in live.inspected:
+                verdicts.extend(live.inspected[gk])
+            else:
+                # Not listed: a kind a CRD of this commit adds (complete, nothing live yet: create),
+                # or one whose listing failed, which the planner skips (live state unknown) instead
+                # of mistaking it for absent.
+                known = {o.key: None for o in todo} if live.complete.get(gk) else {}
+                verdicts.extend(self._verdicts(revision.sha, todo, known, options))
+        live.inspected.clear()
+        the_plan = self._remember(revision.sha, desired, verdicts)
+        del verdicts
         if not dry_run:
             if not inventory.exists:
                 store.ensure_namespace()
@@ -326,6 +380,10 @@ class ClusterReconciler:
         options: PlanOptions,
     ) -> Plan:
         """``plan.plan``, re-using last pass's NOOP verdicts where nothing they depend on changed."""
+        self._memo_reset(options)
+        return self._remember(revision, desired, self._verdicts(revision, desired, known, options))
+
+    def _memo_reset(self, options: PlanOptions) -> None:
         token = (
             options.field_manager,
             options.rules,
@@ -337,8 +395,17 @@ class ClusterReconciler:
         if token != self._memo_token:
             self._noop_memo.clear()
             self._memo_token = token
+
+    def _verdicts(
+        self,
+        revision: str,
+        desired: list[DesiredObject],
+        known: Mapping[ObjectKey, Manifest | None],
+        options: PlanOptions,
+    ) -> list[_Verdict]:
+        """One verdict per desired object; reads the memo only (it may run on a listing thread)."""
         memo = self._noop_memo
-        reused: dict[ObjectKey, Change] = {}
+        out: list[_Verdict] = []
         todo: list[DesiredObject] = []
         for obj in desired:
             live = known.get(obj.key)
@@ -350,22 +417,31 @@ class ClusterReconciler:
                 and hit[1] == _version(live)
                 and _same(hit[0], obj)
             ):
-                reused[obj.key] = hit[2]
+                out.append(_Verdict(obj, hit[2], hit[1], fresh=False))
             else:
                 todo.append(obj)
-        fresh = {c.key: c for c in plan(self.cluster.name, revision, todo, known, options).changes}
-        for obj in todo:
-            change = fresh[obj.key]
+        planned = plan(self.cluster.name, revision, todo, known, options).changes
+        for obj, change in zip(todo, planned, strict=True):
             live = known.get(obj.key)
-            if change.action is Action.NOOP and live is not None:
-                memo[obj.key] = (obj, _version(live), change)
+            out.append(_Verdict(obj, _slim(change), _version(live) if live is not None else None))
+        return out
+
+    def _remember(self, revision: str, desired: list[DesiredObject], verdicts: list[_Verdict]) -> Plan:
+        """Record fresh NOOP verdicts, forget objects that left Git; the plan in ``desired`` order."""
+        memo = self._noop_memo
+        by_key = {v.obj.key: v for v in verdicts}
+        for v in verdicts:
+            if not v.fresh:
+                continue
+            if v.change.action is Action.NOOP and v.version is not None:
+                memo[v.obj.key] = (v.obj, v.version, v.change)
             else:
-                memo.pop(obj.key, None)
+                memo.pop(v.obj.key, None)
         if len(memo) > len(desired):  # objects that left Git
             wanted = {o.key for o in desired}
             for key in [k for k in memo if k not in wanted]:
                 del memo[key]
-        changes = tuple(reused.get(o.key) or fresh[o.key] for o in desired)
+        changes = tuple(by_key[o.key].change for o in desired)
         return Plan(cluster=self.cluster.name, revision=revision, changes=changes)
 
     def _prune_options(self, inventory_id: str, dry_run: bool) -> prune_stage.PruneOptions:
@@ -395,19 +471,47 @@ class ClusterReconciler:
         gone = {
             k
             for k in inventory.members
-            if k not in desired and k not in live.objects and live.complete.get((k.group, k.kind))
+            if k not in desired and not live.found(k) and live.complete.get((k.group, k.kind))
         }
         keep = [m for k, m in inventory.members.items() if k not in done and k not in gone]
         members = {m.key: m for m in keep}
         for k in desired:
             members.setdefault(k, Member(k))
-        uids = {k: (obj.get("metadata") or {}).get("uid", "") for k, obj in live.objects.items()}
+        uids = dict(live.uids)
         uids.update(
             {r.key: r.uid for r in results if r.uid and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
         )
         new = {m.key: m for m in record_uids(members.values(), uids)}
         if new != inventory.members:
             store.write(new.values())
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """One kind's listing as ``read_live`` keeps it."""
+
+    objects: dict[ObjectKey, Manifest]
+    uids: dict[ObjectKey, str]
+    inspected: Any
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """One object's change, the live version it was planned against, and whether it was planned now."""
+
+    obj: DesiredObject
+    change: Change
+    version: tuple[str, str] | None
+    fresh: bool = True
+
+
+def _slim(change: Change) -> Change:
+    """The change as the pass keeps it until apply, which reads neither the report's operations
+    (a JSON patch carrying a copy of every value sent) nor the path sets (declared, changed): they
+    were most of what a plan held. Reports plan again with ``plan.plan`` and keep everything."""
+    if change.operations or change.declared or change.changed:
+        return replace(change, operations=(), declared=frozenset(), changed=frozenset())
+    return change
 
 
 def _same(a: DesiredObject, b: DesiredObject) -> bool:

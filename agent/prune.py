@@ -130,13 +130,14 @@ def decide(
             continue
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        recorded_uid = inventory.members[key].uid
+        # A UID other than the recorded one is no evidence either way: a pass killed between
+        # re-creating an object and narrowing the inventory leaves the old UID behind. Ownership
+        # of the label by our Apply entry is the evidence (a restore tool's copy fails it), and
+        # the delete's UID precondition uses the UID this pass listed.
         if (meta.get("labels") or {}).get(PART_OF) != options.inventory_id:
             d.gone.add(key)  # someone took it out of the set: no longer ours to track
         elif annotations.get(RECONCILE_ANNOTATION) == DISABLED:
             d.kept[key] = f"{RECONCILE_ANNOTATION}: {DISABLED}"
-        elif recorded_uid and meta.get("uid") != recorded_uid:
-            d.kept[key] = "UID differs from the one we applied (re-created by someone else); not deleting"
         elif not owns_membership_label(obj, options.field_manager):
             d.kept[key] = (
                 "our Apply entry does not own its membership label (restored or edited); not deleting"

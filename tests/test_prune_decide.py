@@ -94,10 +94,18 @@ def test_label_not_owned_by_our_apply_entry_is_not_evidence() -> None:
     assert d.delete == [] and "does not own its membership label" in d.kept[key("b")]
 
 
-def test_uid_mismatch_is_kept() -> None:
+def test_a_recreated_object_whose_label_our_apply_owns_is_deleted_by_its_live_uid() -> None:
+    """After a crash between re-creating and recording, the inventory's UID is stale: still ours."""
     inv = inventory(["a", "b"])
     d = decide(inv, {key("a")}, {key("b"): live("b", uid="other")}, COMPLETE, options(), render_empty=False)
-    assert d.delete == [] and "UID differs" in d.kept[key("b")]
+    assert [(c.key, c.uid) for c in d.delete] == [(key("b"), "other")]
+
+
+def test_a_recreated_object_whose_label_another_manager_owns_is_kept() -> None:
+    inv = inventory(["a", "b"])
+    restored = live("b", uid="other", owned=False)
+    d = decide(inv, {key("a")}, {key("b"): restored}, COMPLETE, options(), render_empty=False)
+    assert d.delete == [] and "does not own its membership label" in d.kept[key("b")]
 
 
 def test_already_gone_or_unlabelled_is_dropped_from_the_inventory() -> None:

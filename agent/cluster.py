@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -343,9 +343,6 @@ class KubeClient:
             token = meta.get("continue") or None
             if not token:
                 return ListResult(tuple(items), complete=True, resource_version=rv)
-
-    def iter_list(self, info: ResourceInfo, **kw: Any) -> Iterator[Manifest]:
-        yield from self.list(info, **kw).items
 
     def apply(
         self,

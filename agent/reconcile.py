@@ -22,7 +22,7 @@ from agent import prune as prune_stage
 from agent.cluster import KubeClient, ListResult, ResourceInfo
 from agent.config import ClusterConfig, Config
 from agent.errors import AgentError, ApiError, RenderError, RenderProblem
-from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids
+from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids, widen
 from agent.model import (
     Action,
     ApplyResult,
@@ -338,9 +338,9 @@ class ClusterReconciler:
         if not dry_run:
             if not inventory.exists:
                 store.ensure_namespace()
-            wider = {k: inventory.members.get(k) or Member(k) for k in by_key} | inventory.members
-            if set(wider) != set(inventory.members):
-                store.write(wider.values())  # widen before applying (invariant 10)
+            wider = widen(inventory, by_key)
+            if len(wider) != len(inventory.members):
+                store.write(wider)  # widen before applying (invariant 10)
         apply_opts = apply_stage.ApplyOptions(
             field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
         )

@@ -97,6 +97,8 @@ def load(text: str, variables: Mapping[str, str] | None, *, max_nodes: int) -> l
         while composer.check_node():
             node = composer.get_node()
             walk.lines, walk.nodes = {}, 0
+            if walk.seen is not None:
+                walk.seen = set()  # ids of an earlier document's freed nodes are reused
             value = walk.build(node)
             docs.append((value, len(docs), node.start_mark.line + 1, walk.lines))
     except (_Handover, yaml.YAMLError, RecursionError, ValueError, TypeError, KeyError):

@@ -113,6 +113,15 @@ def test_many_shallow_documents_still_take_the_fast_path() -> None:
     assert fast is not None and len(fast) == 3_000
 
 
+def test_a_star_in_text_does_not_hand_over_many_documents() -> None:
+    # A "*" anywhere turns on alias detection by node id; ids of an earlier document's freed
+    # nodes are reused, which once handed every CronJob file ("*/30 * * * *") to the slow loader.
+    one = 'kind: CronJob\nmetadata: {name: n}\nspec: {schedule: "*/30 * * * *", a: [1, 2, {b: c}]}\n'
+    text = "---\n".join([one] * 500)
+    fast = fastyaml.load(text, None, max_nodes=manifests.MAX_EXPANDED_NODES)
+    assert fast is not None and len(fast) == 500
+
+
 # ---------------------------------------------------------------------------
 # RenderCache
 

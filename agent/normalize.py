@@ -20,6 +20,13 @@ normalised, and why it is safe:
   ``0`` and ``false`` equal an absent field only when our own Apply entry
   already owns it — the server recorded our ownership and dropped the zero
   value; otherwise they are a change.
+- **Server defaults inside atomic values**: an atomic map or list is replaced
+  whole, then the server defaults what it lacks (``fieldRef.apiVersion: v1``).
+  A field Git leaves out there equals live when live holds the field's
+  *default* (``schema.Node.field_default``: the OpenAPI ``default``, or one the
+  server sets without publishing it); any other live value is a change, since
+  the apply would reset it. Ownership alone would not do: Git dropping an
+  explicit ``protocol: UDP`` looks the same in managedFields.
 - **Secret ``stringData``** is write-only: the server merges it into ``data``
   (base64), so ``stringData.k`` is compared with ``data.k`` decoded.
 - ``status`` is never compared (see ``fields.STRIPPED_TOP``).
@@ -195,8 +202,34 @@ def leaf_equal(desired: Any, live: Any, node: Node, *, owned_by_us: bool) -> boo
         if dq is not None and lq is not None:
             return dq == lq
     if isinstance(desired, dict | list):
-        return values_equal(strip_empty(desired), strip_empty(live))
+        wanted = strip_empty(desired)
+        # Defaults are looked for only when the values differ: equal values cost nothing more.
+        return values_equal(wanted, strip_empty(live)) or values_equal(
+            wanted, strip_empty(strip_defaults(desired, live, node))
+        )
     return values_equal(desired, live)
+
+
+def strip_defaults(desired: Any, live: Any, node: Node) -> Any:
+    """``live`` without the fields ``desired`` leaves out that hold their server default (module docstring).
+
+    Lists are matched by position: inside an atomic value the server keeps Git's items in order.
+    """
+    if isinstance(desired, Mapping) and isinstance(live, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in live.items():
+            child = node.field(k)
+            if k in desired:
+                out[k] = strip_defaults(desired[k], v, child)
+                continue
+            default = node.field_default(k)
+            if default is None or not leaf_equal(default, v, child, owned_by_us=False):
+                out[k] = v
+        return out
+    if isinstance(desired, list) and isinstance(live, list) and len(desired) == len(live):
+        item = node.item()
+        return [strip_defaults(d, v, item) for d, v in zip(desired, live, strict=True)]
+    return live
 
 
 def changed_inside(desired: Any, live: Any, *, limit: int = 3) -> tuple[str, ...]:

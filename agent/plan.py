@@ -72,7 +72,14 @@ from agent.model import (
     Resolution,
     split_api_version,
 )
-from agent.normalize import MISSING, b64_equal, changed_inside, leaf_equal, secret_string_data_as_data
+from agent.normalize import (
+    MISSING,
+    b64_equal,
+    changed_inside,
+    leaf_equal,
+    secret_string_data_as_data,
+    strip_defaults,
+)
 from agent.schema import Node, SchemaIndex, root_node
 
 FORCE_FIELDS = "gitops-agent.io/force-fields"
@@ -98,6 +105,9 @@ class PlanOptions:
     adopt: str = "if-unowned"
     #: (label, value) marking our objects, e.g. ("applyset.kubernetes.io/part-of", id).
     membership_label: tuple[str, str] | None = None
+    #: False = the reconcile pass: no report operations and no path sets where the verdict does
+    #: not need them (a CREATE carries neither). The verdict itself is the same either way.
+    detail: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,16 +154,27 @@ def _pointer_paths(manifest: Manifest, annotation: str, node: Node) -> tuple[Fie
 
 
 def _clean(manifest: Manifest, ignored: Sequence[FieldPath], node: Node) -> Manifest:
-    """A deep copy without status, server-set metadata and ignored paths: what may be applied."""
-    out = copy.deepcopy(manifest)
+    """``manifest`` without status, server-set metadata and ignored paths: what may be applied.
+
+    Copied only as deep as a removal reaches; usually nothing is removed and the manifest
+    itself is returned (shared with the render cache: nothing downstream writes into a
+    change's body, and ``plan_object``/``send_body`` copy before removing yielded paths).
+    """
+    meta = manifest.get("metadata")
+    server_meta = isinstance(meta, dict) and any(k in meta for k in _SERVER_METADATA)
+    string_data = masking.is_secret(manifest) and isinstance(manifest.get("stringData"), dict)
+    if ignored:
+        out = copy.deepcopy(manifest)
+    elif "status" in manifest or server_meta or string_data:
+        out = dict(manifest)
+    else:
+        return manifest
     out.pop("status", None)
-    meta = out.get("metadata")
-    if isinstance(meta, dict):
-        for k in _SERVER_METADATA:
-            meta.pop(k, None)
+    if server_meta:
+        out["metadata"] = {k: v for k, v in out["metadata"].items() if k not in _SERVER_METADATA}
     for path in ignored:
         remove_path(out, path, node)
-    if masking.is_secret(out) and isinstance(out.get("stringData"), dict):
+    if string_data:
         # stringData is write-only: the server folds it into data. Sending data makes our
         # ownership and comparison exact, and a masked body sent by mistake fails (invalid
         # base64) instead of writing "***" into the Secret.
@@ -182,9 +203,17 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     body = _clean(manifest, ignored, node)
     if live is None:
         shown = masking.mask_secret(body) if secret else body
-        ops = tuple(jsonpatch.make_patch({}, for_report(shown)).patch)
+        if not options.detail:
+            return _change(desired, Action.CREATE, body=shown)
         paths = manifest_paths(body, node)
-        return _change(desired, Action.CREATE, body=shown, declared=paths, changed=paths, operations=ops)
+        return _change(
+            desired,
+            Action.CREATE,
+            body=shown,
+            declared=paths,
+            changed=paths,
+            operations=tuple(jsonpatch.make_patch({}, for_report(shown)).patch),
+        )
 
     entries = managed_entries(live)
     ours = next((e for e in entries if _is_our_apply(e, options.field_manager)), None)
@@ -224,9 +253,11 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
             **ids,
         )
     released = _released(owned - declared, ctx.others)
-    expected = expected_after(live, body, released, node)
-    before, after = masking.mask_pair(live, expected) if secret else (live, expected)
-    ops = tuple(jsonpatch.make_patch(for_report(before), for_report(after)).patch)
+    ops: tuple[dict[str, Any], ...] = ()
+    if options.detail:
+        expected = expected_after(live, body, released, node)
+        before, after = masking.mask_pair(live, expected) if secret else (live, expected)
+        ops = tuple(jsonpatch.make_patch(for_report(before), for_report(after)).patch)
     forced = any(c.resolution is Resolution.FORCE for c in conflicts)
     reason = _update_reason(ctx, adopting, pending, released, options, diff.reordered, diff.inside)
     return _change(
@@ -340,7 +371,7 @@ def _compare(
     if not leaf_equal(desired, live, node, owned_by_us=path in owned):
         diff.add(path, desired, live)
         if isinstance(desired, dict | list) and isinstance(live, dict | list):
-            diff.inside[path] = changed_inside(desired, live)
+            diff.inside[path] = changed_inside(desired, strip_defaults(desired, live, node))
 
 
 def _compare_secret(desired: Manifest, live: Manifest, diff: _Diff) -> None:
@@ -515,6 +546,8 @@ def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOption
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
     body = _clean(desired.manifest, _pointer_paths(desired.manifest, IGNORE_FIELDS, node), node)
+    if change.yielded:
+        body = copy.deepcopy(body)  # _clean may return Git's manifest itself
     for conflict in change.yielded:
         remove_path(body, conflict.path, node)
     return body

@@ -25,6 +25,14 @@ from typing import Any, Protocol
 _REF_PREFIX = "#/components/schemas/"
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+#: Defaults the API server's Go code sets inside atomic structs that its OpenAPI documents do
+#: not publish (no ``default``; checked against a real server by tests/test_plan_defaults.py).
+#: Without them a Git value that leaves one out reads as drift on every pass.
+_UNPUBLISHED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "io.k8s.api.core.v1.ObjectFieldSelector": {"apiVersion": "v1"},
+    "io.k8s.api.core.v1.ResourceFieldSelector": {"divisor": "0"},
+    "io.k8s.api.networking.v1.NetworkPolicyPort": {"protocol": "TCP"},
+}
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,10 @@ class Node(Protocol):
         ...
 
     def item(self) -> Node: ...
+
+    def field_default(self, name: str) -> Any:
+        """The value the server gives field ``name`` when a write leaves it out; ``None``: none known."""
+        ...
 
     def list_info(self) -> ListInfo: ...
 
@@ -176,6 +188,16 @@ class SchemaNode:
         items = s.get("items")
         return self._child(items if isinstance(items, Mapping) else None)
 
+    def field_default(self, name: str) -> Any:
+        s, names = self._schema()
+        prop = (s.get("properties") or {}).get(name)
+        if not isinstance(prop, Mapping):
+            return None
+        published = self.index.resolve(prop)[0].get("default")
+        if published is not None or not self.typed:
+            return published
+        return next((d[name] for n in names if name in (d := _UNPUBLISHED_DEFAULTS.get(n, {}))), None)
+
     def list_info(self) -> ListInfo:
         s, _ = self._schema()
         kind = s.get("x-kubernetes-list-type", "atomic")
@@ -247,6 +269,12 @@ _ATOMIC_MAPS = frozenset(
     }
 )  # fmt: skip
 _QUANTITY_MAPS = frozenset({"limits", "requests", "hard", "capacity", "allocatable", "overhead"})
+#: ``_UNPUBLISHED_DEFAULTS`` by (kind, field name); kind "" matches any kind.
+_FIELD_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("", "fieldRef"): {"apiVersion": "v1"},
+    ("", "resourceFieldRef"): {"divisor": "0"},
+    ("NetworkPolicy", "ports"): {"protocol": "TCP"},
+}
 _INT_OR_STRING_FIELDS = frozenset({"targetPort", "maxSurge", "maxUnavailable", "minAvailable"})
 
 
@@ -272,6 +300,15 @@ class FallbackNode:
 
     def item(self) -> Node:
         return FallbackNode(self.kind, self.names, self.typed, self.deduced)
+
+    def field_default(self, name: str) -> Any:
+        if not self.typed or self.deduced or not self.names:
+            return None
+        for kind in ("", self.kind):
+            defaults = _FIELD_DEFAULTS.get((kind, self.names[-1]))
+            if defaults and name in defaults:
+                return defaults[name]
+        return None
 
     def list_info(self) -> ListInfo:
         last = self.names[-1] if self.names else ""

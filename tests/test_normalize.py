@@ -107,3 +107,42 @@ def test_null_and_empty_equal_absent_zero_values_only_when_we_own_them() -> None
 )  # fmt: skip
 def test_quantities_are_spelled_the_way_the_api_server_stores_them(text: Any, stored: str | None) -> None:
     assert canonical_quantity(text) == stored
+
+
+def test_a_field_left_out_of_an_atomic_map_equals_live_only_when_live_holds_its_default() -> None:
+    # A custom resource's atomic map with a published default: the server fills it in after the apply.
+    widget = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "target": {
+                        "type": "object",
+                        "x-kubernetes-map-type": "atomic",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "mode": {"type": "string", "default": "auto"},
+                        },
+                    }
+                },
+            }
+        },
+        "x-kubernetes-group-version-kind": [{"group": "example.com", "version": "v1", "kind": "Widget"}],
+    }
+    index = SchemaIndex.from_openapi_v3([{"components": {"schemas": {"com.example.v1.Widget": widget}}}])
+    target = root_node(index, "example.com", "v1", "Widget").field("spec").field("target")
+    assert target.atomic_map and target.field_default("mode") == "auto"
+    assert leaf_equal({"name": "a"}, {"name": "a", "mode": "auto"}, target, owned_by_us=False)
+    assert not leaf_equal({"name": "a"}, {"name": "a", "mode": "manual"}, target, owned_by_us=True)
+    assert not leaf_equal({"name": "b"}, {"name": "a", "mode": "auto"}, target, owned_by_us=True)
+    # A field without a known default is a change even if we own the map: the apply drops it.
+    assert not leaf_equal({"mode": "auto"}, {"name": "a", "mode": "auto"}, target, owned_by_us=True)
+    # Built-in defaults the OpenAPI documents leave out, with or without a schema.
+    field_ref = FallbackNode("Pod", ("spec", "containers", "env", "valueFrom", "fieldRef"))
+    assert leaf_equal(
+        {"fieldPath": "x"}, {"fieldPath": "x", "apiVersion": "v1"}, field_ref, owned_by_us=False
+    )
+    assert not leaf_equal(
+        {"fieldPath": "y"}, {"fieldPath": "x", "apiVersion": "v1"}, field_ref, owned_by_us=False
+    )

@@ -1,0 +1,119 @@
+"""Server defaults inside atomic values are not drift; real changes there still are (real API server).
+
+An atomic map or list is replaced whole by an apply and then defaulted by the server
+(``fieldRef.apiVersion: v1``, ``resourceFieldRef.divisor: "0"``, a NetworkPolicy port's
+``protocol: TCP``). Each case is applied once as the agent applies it, planned again
+against the live object, and the verdict is checked against a server-side dry-run apply.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from agent.cluster import KubeClient
+from agent.config import DEFAULT_CONFLICT_RULES
+from agent.model import Action, DesiredObject, Manifest, Provenance
+from agent.plan import PlanOptions, plan_object, request_body, send_body
+from agent.schema import SchemaIndex
+from tests.clusters import TestNamespace
+
+pytestmark = pytest.mark.cluster
+
+MANAGER = "defaults-agent"
+
+
+def deployment(ns: str, env: list[dict[str, Any]]) -> Manifest:
+    pod = {"containers": [{"name": "app", "image": "nginx:1.27", "env": env}]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod},
+        },
+    }
+
+
+def network_policy(ns: str, port: dict[str, Any]) -> Manifest:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "np", "namespace": ns},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"ports": [port]}]},
+    }
+
+
+ENV = [
+    {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+]
+
+
+def _options(client: KubeClient) -> list[PlanOptions]:
+    index = SchemaIndex.from_openapi_v3(
+        [client.openapi_v3("apps", "v1"), client.openapi_v3("networking.k8s.io", "v1")]
+    )
+    return [PlanOptions(MANAGER, DEFAULT_CONFLICT_RULES, schema) for schema in (index, None)]
+
+
+def _server_changes(client: KubeClient, desired: DesiredObject, live: Manifest, options: PlanOptions) -> bool:
+    """Whether a dry-run apply of what the plan would send changes the object's spec."""
+    body = send_body(desired, live, options)
+    assert body is not None
+    dry = client.apply(body, field_manager=MANAGER, dry_run=True)
+    return bool(dry["spec"] != live["spec"])
+
+
+def _apply_as_agent(client: KubeClient, manifest: Manifest, options: PlanOptions) -> Manifest:
+    first = DesiredObject(manifest, Provenance("defaults.yaml"))
+    change = plan_object(first, None, options)
+    return client.apply(request_body(change, first) or {}, field_manager=MANAGER)
+
+
+def test_server_defaults_inside_atomic_maps_we_declared_are_not_a_difference(
+    namespace: TestNamespace,
+) -> None:
+    client = KubeClient.connect("defaults", kubeconfig=str(namespace.cluster.kubeconfig))
+    try:
+        manifests = [deployment(namespace.name, ENV), network_policy(namespace.name, {"port": 80})]
+        for options in _options(client):
+            for manifest in manifests:
+                live = _apply_as_agent(client, manifest, options)
+                desired = DesiredObject(manifest, Provenance("defaults.yaml"))
+                change = plan_object(desired, live, options)
+                where = f"{manifest['kind']} (schema: {options.schema is not None})"
+                assert change.action is Action.NOOP, f"{where}: {change.reason}"
+                assert not _server_changes(client, desired, live, options), where
+    finally:
+        client.close()
+
+
+def test_a_real_change_inside_an_atomic_map_is_still_an_update(namespace: TestNamespace) -> None:
+    client = KubeClient.connect("defaults", kubeconfig=str(namespace.cluster.kubeconfig))
+    try:
+        for options in _options(client):
+            env = copy.deepcopy(ENV)
+            env[0]["valueFrom"]["fieldRef"]["fieldPath"] = "metadata.namespace"
+            env[1]["valueFrom"]["resourceFieldRef"]["divisor"] = "1m"
+            # Git dropping an explicit non-default value: the apply resets it to the default.
+            udp, dropped = {"port": 80, "protocol": "UDP"}, {"port": 80}
+            pairs = [
+                (deployment(namespace.name, ENV), deployment(namespace.name, env)),
+                (network_policy(namespace.name, udp), network_policy(namespace.name, dropped)),
+            ]
+            for base, changed in pairs:
+                live = _apply_as_agent(client, base, options)
+                desired = DesiredObject(changed, Provenance("defaults.yaml"))
+                change = plan_object(desired, live, options)
+                where = f"{base['kind']} (schema: {options.schema is not None})"
+                assert change.action is Action.UPDATE, f"{where}: {change.reason}"
+                assert _server_changes(client, desired, live, options), where
+                if base["kind"] == "Deployment":
+                    assert "fieldRef (fieldPath)" in change.reason, change.reason
+                    assert "resourceFieldRef (divisor)" in change.reason, change.reason
+    finally:
+        client.close()

@@ -29,6 +29,7 @@ from kubernetes import config as k8s_config
 
 from agent.config import ClusterConfig
 from agent.errors import ApiError, ClusterError
+from agent.listjson import each_item
 from agent.model import Manifest, split_api_version
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
@@ -200,6 +201,27 @@ class KubeClient:
         timeout: float | None = None,
     ) -> Any:
         """Send one request; returns the decoded JSON body or raises ``ApiError``."""
+        raw = self.request_bytes(
+            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
+        )
+        return json.loads(raw) if raw else None
+
+    def check_send(self, method: str) -> None:
+        """Raise to refuse sending a ``method`` request (``lease.FencedClient`` gates writes here)."""
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | None] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float | None = None,
+    ) -> bytes:
+        """Send one request; returns the raw body of a 2xx answer or raises ``ApiError``."""
+        self.check_send(method)
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": accept, "Content-Type": content_type}
         target = path
@@ -224,7 +246,7 @@ class KubeClient:
                     post,
                     _request_timeout=(self.connect_timeout, timeout or self.request_timeout),
                 )
-                raw = resp.read()
+                raw: bytes = resp.read()
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 raise ApiError(self.name, 0, _transport_message(e), verb=method, target=target) from e
             except k8s_client.ApiException as e:  # TLS failures surface as status-0 ApiException
@@ -232,7 +254,7 @@ class KubeClient:
                 said = reason if e.status else _transport_message(Exception(reason.replace("\n", ": ")))
                 raise ApiError(self.name, e.status or 0, said, verb=method, target=target) from e
             if 200 <= resp.status < 300:
-                return json.loads(raw) if raw else None
+                return raw
             if resp.status == 401 and not refreshed:
                 refreshed = True  # once per request: a revoked credential must not loop
                 if self.refresh_credentials():
@@ -322,27 +344,58 @@ class KubeClient:
     ) -> ListResult:
         """Paginated LIST. Complete only if it ended without a continue token and without a 410."""
         items: list[Manifest] = []
+        complete, rv = self.scan(
+            info, items.append, namespace=namespace, label_selector=label_selector, page_size=page_size
+        )
+        return ListResult(tuple(items), complete=complete, resource_version=rv)
+
+    def scan(
+        self,
+        info: ResourceInfo,
+        on_item: Callable[[Manifest], None],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[bool, str]:
+        """Paginated LIST handing each item to ``on_item`` as it is decoded: (complete, resourceVersion).
+
+        Items come page by page and one at a time (``listjson``), so a caller that keeps only what
+        it needs never holds a whole kind. Incomplete (a continue token expired: 410) means the
+        items handed over are not a snapshot of the kind; the caller must not treat what it did not
+        see as absent.
+        """
         token: str | None = None
         rv = ""
+        api_version, kind = info.api_version, info.kind
+
+        def take(it: Manifest) -> None:
+            # LIST items carry no apiVersion/kind; fill them so they are full manifests.
+            it.setdefault("apiVersion", api_version)
+            it.setdefault("kind", kind)
+            on_item(it)
+
         while True:
             query = {"limit": str(page_size), "continue": token, "labelSelector": label_selector}
             try:
-                page = self.request("GET", info.base_path(namespace), query=query)
+                raw = self.request_bytes("GET", info.base_path(namespace), query=query)
             except ApiError as e:
                 if e.status == 410:  # continue token expired: the listing is not a snapshot any more
-                    return ListResult(tuple(items), complete=False, resource_version=rv)
+                    return False, rv
                 raise
-            kind = info.kind
-            for it in page.get("items") or []:
-                # LIST items carry no apiVersion/kind; fill them so they are full manifests.
-                it.setdefault("apiVersion", info.api_version)
-                it.setdefault("kind", kind)
-                items.append(it)
+            text = raw.decode("utf-8")
+            del raw
+            try:
+                page = each_item(text, take)
+            except ValueError as e:
+                where = info.base_path(namespace)
+                raise ApiError(self.name, 0, f"malformed LIST response: {e}", verb="GET", target=where) from e
+            del text
             meta = page.get("metadata") or {}
             rv = meta.get("resourceVersion", rv)
             token = meta.get("continue") or None
             if not token:
-                return ListResult(tuple(items), complete=True, resource_version=rv)
+                return True, rv
 
     def apply(
         self,

@@ -58,24 +58,11 @@ class FencedClient(KubeClient):
     #: Set once and for good when the pass using this client was abandoned.
     abandoned: str | None = None
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | None] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        accept: str = "application/json",
-        timeout: float | None = None,
-    ) -> Any:
+    def check_send(self, method: str) -> None:
         if method.upper() not in _READS:
             why = self.abandoned or (self.fence() if self.fence is not None else None)
             if why:
                 raise ClusterError(self.name, f"write refused: {why}", retryable=True)
-        return super().request(
-            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
-        )
 
 
 @dataclass(frozen=True)

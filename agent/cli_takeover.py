@@ -49,7 +49,7 @@ def takeover(config_file: str, cluster_name: str, managers: tuple[str, ...], do_
     reconciler = ClusterReconciler(cfg, cluster)
     try:
         revision = GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git").poll()
-        plan, results = run_takeover(cfg, reconciler, revision, managers, apply=do_apply)
+        plan, results = run_takeover(reconciler, revision, managers, apply=do_apply)
     except AgentError as e:
         click.echo(f"takeover failed: {e}", err=True)
         sys.exit(EXIT_FAILED)

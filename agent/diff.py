@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -32,7 +33,6 @@ from agent.config import ClusterConfig, Config
 from agent.diff_fields import diff_objects, scrub, secret_strings
 from agent.errors import AgentError, ApiError
 from agent.fields import render_path
-from agent.inventory import PART_OF
 from agent.model import Action, ApplyResult, Change, DesiredObject, Manifest, ObjectKey, Outcome, Revision
 from agent.plan import PlanOptions, expected_object, plan, request_body
 from agent.reconcile import ClusterReconciler, LiveState, render_spec
@@ -151,36 +151,19 @@ def _preview(rec: ClusterReconciler, target: Revision | Path) -> ClusterReport:
         notes.append(
             "the cluster is suspended (ApplySet parent annotation): nothing is applied until resumed"
         )
-    desired = rec.prepare(desired_set, store.id)
+    desired = rec.desired(desired_set, store.id)
     by_key = {o.key: o for o in desired}
-    rec.load_schema(desired)
     live = rec.read_live(set(by_key) | inventory.keys(), desired)
     notes.extend(live.errors)
-    options = PlanOptions(
-        field_manager=rec.field_manager,
-        rules=rec.config.conflict_rules,
-        schema=rec.schema,
-        adopt=cluster.settings.adopt,
-        membership_label=(PART_OF, store.id),
-    )
-    # A kind whose listing failed has unknown live state: planned as SKIP, never as a create.
-    known = {k: live.objects.get(k) for k in by_key if live.complete.get((k.group, k.kind))}
+    options = rec.plan_options(store.id)
+    # An object whose listing failed has unknown live state: planned as SKIP, never as a create.
+    known = {k: live.objects.get(k) for k in by_key if live.listed(k)}
     the_plan = plan(cluster.name, desired_set.revision, desired, known, options)
+    the_plan = replace(the_plan, changes=tuple(live.explain(c) for c in the_plan.changes))
     secrets = secret_strings([o.manifest for o in desired] + list(live.objects.values()))
     objects = _confirm(rec, the_plan.changes, by_key, live, options, secrets)
 
-    s = cluster.settings
-    prune_options = prune_stage.PruneOptions(
-        field_manager=rec.field_manager,
-        inventory_id=store.id,
-        enabled=s.prune,
-        allow_empty=s.allow_empty,
-        max_prune_fraction=s.max_prune_fraction,
-        brake_min_inventory=s.brake_min_inventory,
-        max_prune=s.max_prune,
-        propagation=s.propagation_policy,
-        dry_run=True,
-    )
+    prune_options = rec.prune_options(store.id, dry_run=True)
     decision = prune_stage.decide(
         inventory, set(by_key), live.objects, live.complete, prune_options, render_empty=desired_set.empty
     )

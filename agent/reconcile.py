@@ -19,7 +19,7 @@ import structlog
 
 from agent import apply as apply_stage
 from agent import prune as prune_stage
-from agent.cluster import KubeClient, ListResult, ResourceInfo
+from agent.cluster import KubeClient, ResourceInfo
 from agent.config import ClusterConfig, Config
 from agent.errors import AgentError, ApiError, RenderError, RenderProblem
 from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids, widen
@@ -46,9 +46,14 @@ ClientFactory = Callable[[ClusterConfig], KubeClient]
 
 
 GroupKind = tuple[str, str]
-#: Called on a listing thread with one completely listed kind's wanted objects, while they are
-#: still alive: what it returns is kept (``LiveState.inspected``), the objects need not be.
-Inspect = Callable[[GroupKind, dict[ObjectKey, Manifest]], Any]
+#: Called on a listing thread with a chunk of one kind's wanted objects: those just listed, as they
+#: are decoded, then (once the listing of their namespace or of the whole kind completed) the ones
+#: not found, as ``None``. What it returns is kept (``LiveState.inspected``) only for listings that
+#: completed, so no verdict rests on a listing that failed part-way; the objects need not be kept.
+Inspect = Callable[[GroupKind, dict[ObjectKey, Manifest | None]], list[Any]]
+#: Wanted objects planned per chunk of a listing: small enough that a chunk's decoded objects are
+#: little memory, large enough that a chunk's bookkeeping is negligible.
+CHUNK = 64
 
 
 @dataclass
@@ -57,16 +62,29 @@ class LiveState:
 
     #: Wanted objects found live (only those ``keep`` accepted when ``read_live`` was given one).
     objects: dict[ObjectKey, Manifest] = field(default_factory=dict)
-    #: (group, kind) → the listing of that kind completed in this pass.
+    #: (group, kind) → every listing of that kind completed in this pass (the prune guard).
     complete: dict[GroupKind, bool] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     #: UID of every wanted object found live, kept whole or not.
     uids: dict[ObjectKey, str] = field(default_factory=dict)
-    #: What ``inspect`` returned for each completely listed kind.
-    inspected: dict[GroupKind, Any] = field(default_factory=dict)
+    #: What ``inspect`` returned for each kind, from its listings that completed.
+    inspected: dict[GroupKind, list[Any]] = field(default_factory=dict)
+    #: Wanted objects whose live state is unknown (their listing failed), with why.
+    unknown: dict[ObjectKey, str] = field(default_factory=dict)
 
     def found(self, key: ObjectKey) -> bool:
         return key in self.uids
+
+    def listed(self, key: ObjectKey) -> bool:
+        """Whether the live state of wanted ``key`` is known: absent from ``objects`` means absent."""
+        return key not in self.unknown
+
+    def explain(self, change: Change) -> Change:
+        """A SKIP for unknown live state, with the failed listing named."""
+        why = self.unknown.get(change.key)
+        if why is None or change.action is not Action.SKIP:
+            return change
+        return replace(change, reason=f"live state unknown: {why}")
 
 
 def render_spec(cluster: ClusterConfig) -> RenderSpec:
@@ -182,8 +200,9 @@ class ClusterReconciler:
         """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded.
 
         Every wanted object is kept whole unless ``keep`` says otherwise. A reconcile pass plans
-        each kind with ``inspect`` on the listing thread and keeps only prune candidates, so no
-        more than one listing per worker is alive at a time, instead of every object of the cluster.
+        with ``inspect`` on the listing threads as items are decoded and keeps only prune
+        candidates, so a listing thread holds one page's text and one chunk of objects, never a
+        whole kind (most of a steady pass's memory, with several clusters listing at once).
         """
         state = LiveState()
         wanted: dict[GroupKind, set[ObjectKey]] = {}
@@ -195,64 +214,110 @@ class ClusterReconciler:
 
         def listing(gk: GroupKind) -> _Listed | ApiError:
             try:
-                items = self._list(served[gk], wanted[gk])
+                return self._list(gk, served[gk], wanted[gk], inspect, keep)
             except ApiError as e:
                 return e
-            # Only wanted objects are kept: the rest of the listing goes with this frame.
-            members = wanted[gk]
-            objects = {k: it for it in items if (k := ObjectKey.of(it)) in members}
-            del items
-            uids = {k: str((o.get("metadata") or {}).get("uid") or "") for k, o in objects.items()}
-            seen = inspect(gk, objects) if inspect is not None else None
-            if keep is not None:
-                objects = {k: o for k, o in objects.items() if keep(k)}
-            return _Listed(objects, uids, seen)
 
         # Kinds are listed side by side on the cluster's own bounded pool: the server encodes
         # one list while we decode another. Results are then taken in a fixed order.
         workers = max(1, min(self.cluster.settings.concurrency, len(served)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"list-{self.cluster.name}") as pool:
             listed = dict(zip(sorted(served), pool.map(listing, sorted(served)), strict=True))
-        for gk, _members in sorted(wanted.items()):
+        for gk, members in sorted(wanted.items()):
             info = served.get(gk)
             if info is None:
                 # Served nowhere: a kind a CRD in this commit adds has no objects yet.
                 state.complete[gk] = gk in crd_kinds
                 if gk not in crd_kinds:
-                    state.errors.append(f"kind {gk[1]}.{gk[0]} is not served by the cluster")
+                    why = f"kind {gk[1]}.{gk[0]} is not served by the cluster"
+                    state.errors.append(why)
+                    state.unknown.update(dict.fromkeys(members, why))
                 continue
             got = listed[gk]
             if isinstance(got, ApiError):
                 if apply_stage.cluster_level(got):
                     raise got
+                why = f"listing {info.kind}: {got}"
                 state.complete[gk] = False
-                state.errors.append(f"listing {info.kind}: {got}")
+                state.errors.append(why)
+                state.unknown.update(dict.fromkeys(members, why))
                 continue
-            state.complete[gk] = True
+            state.complete[gk] = not got.failed
+            for namespace, why in got.failed.items():
+                state.errors.append(why)
+                state.unknown.update({k: why for k in members if k.namespace == namespace})
             state.objects.update(got.objects)
             state.uids.update(got.uids)
             if inspect is not None:
                 state.inspected[gk] = got.inspected
         return state
 
-    def _list(self, info: ResourceInfo, members: set[ObjectKey]) -> list[Manifest]:
+    def _list(
+        self,
+        gk: GroupKind,
+        info: ResourceInfo,
+        members: set[ObjectKey],
+        inspect: Inspect | None,
+        keep: Callable[[ObjectKey], bool] | None,
+    ) -> _Listed:
+        """List one kind: the whole of it, or each wanted namespace when RBAC refuses the whole."""
+        out = _Listed({}, {}, [], {})
         try:
-            whole: ListResult | None = self.client.list(info)
+            self._scan(gk, info, None, members, inspect, keep, out)
+            return out
         except ApiError as e:
             if e.status != 403 or not info.namespaced:
                 raise
-            whole = None  # namespaced RBAC: one LIST per namespace we care about
-        results = (
-            [whole]
-            if whole is not None
-            else [self.client.list(info, namespace=ns) for ns in sorted({k.namespace for k in members})]
-        )
-        items: list[Manifest] = []
-        for r in results:
-            if not r.complete:
-                raise ApiError(self.client.name, 410, f"listing {info.kind} expired before it completed")
-            items.extend(r.items)
-        return items
+        # Namespaced RBAC: one LIST per namespace we care about; a refused namespace leaves only
+        # its own objects unknown.
+        for ns in sorted({k.namespace for k in members}):
+            scope = {k for k in members if k.namespace == ns}
+            try:
+                self._scan(gk, info, ns, scope, inspect, keep, out)
+            except ApiError as e:
+                if apply_stage.cluster_level(e):
+                    raise
+                out.failed[ns] = f"listing {info.kind} in namespace {ns}: {e}"
+        return out
+
+    def _scan(
+        self,
+        gk: GroupKind,
+        info: ResourceInfo,
+        namespace: str | None,
+        members: set[ObjectKey],
+        inspect: Inspect | None,
+        keep: Callable[[ObjectKey], bool] | None,
+        out: _Listed,
+    ) -> None:
+        """One listing into ``out``; nothing of it lands there unless it completed."""
+        objects: dict[ObjectKey, Manifest] = {}
+        uids: dict[ObjectKey, str] = {}
+        verdicts: list[Any] = []
+        chunk: dict[ObjectKey, Manifest | None] = {}
+
+        def take(item: Manifest) -> None:
+            key = ObjectKey.of(item)
+            if key not in members:
+                return  # the rest of the kind goes with the page's text
+            uids[key] = str((item.get("metadata") or {}).get("uid") or "")
+            if keep is None or keep(key):
+                objects[key] = item
+            if inspect is not None:
+                chunk[key] = item
+                if len(chunk) >= CHUNK:
+                    verdicts.extend(inspect(gk, dict(chunk)))
+                    chunk.clear()
+
+        complete, _ = self.client.scan(info, take, namespace=namespace)
+        if not complete:
+            raise ApiError(self.client.name, 410, f"listing {info.kind} expired before it completed")
+        if inspect is not None:
+            chunk.update({k: None for k in members if k not in uids})
+            verdicts.extend(inspect(gk, chunk))
+        out.objects.update(objects)
+        out.uids.update(uids)
+        out.inspected.extend(verdicts)
 
     def load_schema(self, objs: Iterable[DesiredObject]) -> None:
         """OpenAPI v3 per group-version, once per client lifetime (list-map keys, int-or-string)."""
@@ -297,42 +362,31 @@ class ClusterReconciler:
             result.error = None
             result.prune_refused = "cluster suspended (annotation on the ApplySet parent)"
             return
-        desired = self.prepare(desired_set, store.id)
+        desired = self.desired(desired_set, store.id)
         by_key = {o.key: o for o in desired}
-        self.load_schema(desired)
-        options = PlanOptions(
-            field_manager=self.field_manager,
-            rules=self.config.conflict_rules,
-            schema=self.schema,
-            adopt=self.cluster.settings.adopt,
-            membership_label=(PART_OF, store.id),
-        )
-        # Each kind is planned on its listing thread as soon as it is listed, and of the live
-        # objects only inventory members that left Git (prune candidates) are kept whole: holding
-        # every listed object of the cluster until the plan was done was most of a pass's memory.
+        options = self.plan_options(store.id, detail=False)
+        # Objects are planned on the listing threads as they are decoded, and of the live objects
+        # only inventory members that left Git (prune candidates) are kept whole: holding every
+        # listed object of the cluster until the plan was done was most of a pass's memory.
         self._memo_reset(options)
-        by_kind: dict[GroupKind, list[DesiredObject]] = {}
-        for o in desired:
-            by_kind.setdefault((o.key.group, o.key.kind), []).append(o)
 
-        def plan_kind(gk: GroupKind, objects: dict[ObjectKey, Manifest]) -> list[_Verdict]:
-            todo = by_kind.get(gk, [])
-            return self._verdicts(revision.sha, todo, {o.key: objects.get(o.key) for o in todo}, options)
+        def plan_chunk(gk: GroupKind, objects: dict[ObjectKey, Manifest | None]) -> list[_Verdict]:
+            todo = [by_key[k] for k in objects if k in by_key]
+            return self._verdicts(revision.sha, todo, objects, options)
 
         live = self.read_live(
-            set(by_key) | inventory.keys(), desired, inspect=plan_kind, keep=lambda k: k not in by_key
+            set(by_key) | inventory.keys(), desired, inspect=plan_chunk, keep=lambda k: k not in by_key
         )
-        verdicts: list[_Verdict] = []
-        for gk, todo in by_kind.items():
-            if gk in live.inspected:
-                verdicts.extend(live.inspected[gk])
-            else:
-                # Not listed: a kind a CRD of this commit adds (complete, nothing live yet: create),
-                # or one whose listing failed, which the planner skips (live state unknown) instead
-                # of mistaking it for absent.
-                known = {o.key: None for o in todo} if live.complete.get(gk) else {}
-                verdicts.extend(self._verdicts(revision.sha, todo, known, options))
+        verdicts: list[_Verdict] = [v for planned in live.inspected.values() for v in planned]
         live.inspected.clear()
+        # Not planned on a listing thread: kinds a CRD of this commit adds (nothing live yet:
+        # create), and objects whose listing failed, which the planner skips (live state unknown)
+        # instead of mistaking them for absent.
+        planned = {v.obj.key for v in verdicts}
+        rest = [o for o in desired if o.key not in planned]
+        known: dict[ObjectKey, Manifest | None] = {o.key: None for o in rest if live.listed(o.key)}
+        for v in self._verdicts(revision.sha, rest, known, options):
+            verdicts.append(replace(v, change=live.explain(v.change)))
         the_plan = self._remember(revision.sha, desired, verdicts)
         del verdicts
         if not dry_run:
@@ -359,7 +413,7 @@ class ClusterReconciler:
             set(by_key),
             live.objects,
             live.complete,
-            self._prune_options(store.id, dry_run),
+            self.prune_options(store.id, dry_run),
             render_empty=desired_set.empty,
         )
         if decision.refused:
@@ -367,7 +421,7 @@ class ClusterReconciler:
             if live.errors:
                 result.prune_refused += " [" + "; ".join(live.errors) + "]"
         result.results.extend(
-            prune_stage.execute(self.client, decision, self._prune_options(store.id, dry_run))
+            prune_stage.execute(self.client, decision, self.prune_options(store.id, dry_run))
         )
         if not dry_run:
             self._narrow(store, inventory, by_key, live, result.results)
@@ -444,7 +498,27 @@ class ClusterReconciler:
         changes = tuple(by_key[o.key].change for o in desired)
         return Plan(cluster=self.cluster.name, revision=revision, changes=changes)
 
-    def _prune_options(self, inventory_id: str, dry_run: bool) -> prune_stage.PruneOptions:
+    def desired(self, desired_set: DesiredSet, inventory_id: str) -> list[DesiredObject]:
+        """The rendered objects prepared for this cluster, with the OpenAPI schema they need loaded."""
+        desired = self.prepare(desired_set, inventory_id)
+        self.load_schema(desired)
+        return desired
+
+    def plan_options(self, inventory_id: str, *, detail: bool = True) -> PlanOptions:
+        """How this cluster's objects are planned: by the pass, diff reports and takeover alike.
+
+        ``detail=False`` (the pass): no report operations or path sets it would throw away.
+        """
+        return PlanOptions(
+            detail=detail,
+            field_manager=self.field_manager,
+            rules=self.config.conflict_rules,
+            schema=self.schema,
+            adopt=self.cluster.settings.adopt,
+            membership_label=(PART_OF, inventory_id),
+        )
+
+    def prune_options(self, inventory_id: str, dry_run: bool) -> prune_stage.PruneOptions:
         s = self.cluster.settings
         return prune_stage.PruneOptions(
             field_manager=self.field_manager,
@@ -488,11 +562,13 @@ class ClusterReconciler:
 
 @dataclass(frozen=True)
 class _Listed:
-    """One kind's listing as ``read_live`` keeps it."""
+    """One kind's listings as ``read_live`` keeps them (from those that completed)."""
 
     objects: dict[ObjectKey, Manifest]
     uids: dict[ObjectKey, str]
-    inspected: Any
+    inspected: list[Any]
+    #: namespace → why its listing failed (namespaced RBAC only; others fail the whole kind).
+    failed: dict[str, str]
 
 
 @dataclass(frozen=True)

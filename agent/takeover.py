@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.cluster import KubeClient
-from agent.config import Config, ConflictRule
+from agent.config import ConflictRule
 from agent.errors import ApiError, ClusterError
 from agent.fields import (
     ManagedEntry,
@@ -267,24 +267,17 @@ def describe(plan_: TakeoverPlan, *, applied: bool) -> list[str]:
 
 
 def run_takeover(
-    config: Config, reconciler: ClusterReconciler, revision: Any, named: Sequence[str], *, apply: bool
+    reconciler: ClusterReconciler, revision: Any, named: Sequence[str], *, apply: bool
 ) -> tuple[TakeoverPlan, list[ApplyResult]]:
     """Render, read live and plan with the reconciler's own pieces; with ``apply``, widen the
     inventory first (invariant 10) and take the paths over."""
     store = reconciler.store
-    desired = reconciler.prepare(reconciler.render(revision), store.id)
+    desired = reconciler.desired(reconciler.render(revision), store.id)
     by_key = {o.key: o for o in desired}
-    reconciler.load_schema(desired)
     live = reconciler.read_live(set(by_key), desired)
     if live.errors:
         raise ClusterError(reconciler.cluster.name, "; ".join(live.errors), retryable=True)
-    options = PlanOptions(
-        field_manager=reconciler.field_manager,
-        rules=config.conflict_rules,
-        schema=reconciler.schema,
-        adopt=reconciler.cluster.settings.adopt,
-        membership_label=(PART_OF, store.id),
-    )
+    options = reconciler.plan_options(store.id)
     the_plan = plan_takeover(
         reconciler.cluster.name, desired, {k: live.objects.get(k) for k in by_key}, options, named
     )

@@ -461,7 +461,13 @@ def test_namespaced_rbac_is_refused_cluster_scoped_objects_and_other_namespaces(
     assert kubectl(kc, "auth", "can-i", "patch", "deployments", "-n", "team-apps").strip() == "yes"
 
     # The agent under that identity: what is out of reach is never written; the rest is applied.
-    files = {"clusters/c/allowed.yaml": ALLOWED, "clusters/c/refused.yaml": "---\n".join(REFUSED.values())}
+    files = {
+        "clusters/c/allowed.yaml": ALLOWED,
+        "clusters/c/refused.yaml": "---\n".join(REFUSED.values()),
+        "clusters/c/team-settings.yaml": REFUSED[("ConfigMap", "default", "settings")].replace(
+            "namespace: default", "namespace: team-apps"
+        ),
+    }
     repo = make_repo(tmp_path, files)
     agent = Agent(write_config(tmp_path, repo, {"c": kc}, agent=unique("ns")))
     try:
@@ -469,8 +475,15 @@ def test_namespaced_rbac_is_refused_cluster_scoped_objects_and_other_namespaces(
         outcomes = {(r.key.kind, r.key.namespace, r.key.name): r for r in result.results}
         for key in REFUSED:
             assert outcomes[key].outcome in (Outcome.FAILED, Outcome.SKIPPED), outcomes[key]
-        for key in (("ServiceAccount", "team-apps", "web"), ("Service", "team-apps", "web")):
+        for key in (
+            ("ServiceAccount", "team-apps", "web"),
+            ("Service", "team-apps", "web"),
+            ("ConfigMap", "team-apps", "settings"),  # a refused namespace leaves only its own unknown
+        ):
             assert outcomes[key].outcome is Outcome.CREATED, outcomes[key]
+        refused = outcomes[("ConfigMap", "default", "settings")]
+        assert refused.outcome is Outcome.SKIPPED, refused
+        assert "namespace default" in refused.message and "forbidden" in refused.message.lower(), refused
         assert not exists(c.kubeconfig, "namespace", "elsewhere")
         assert not exists(c.kubeconfig, "clusterrole", "sneaky")
         assert not exists(c.kubeconfig, "configmap", "settings", "-n", "default")

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agent import localcluster
-from agent.model import Outcome
+from agent import localcluster, reconcile
+from agent.cluster import KubeClient, ResourceInfo
+from agent.model import Manifest, Outcome
 from agent.reconcile import ClusterReconciler, LiveState
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
@@ -153,6 +156,56 @@ def test_unknown_is_not_absent_forbidden_list_of_one_kind_prunes_nothing(
     finally:
         admin.close()
         kubectl(a.kubeconfig, "delete", "clusterrole", role, check=False)
+        cleanup(a.kubeconfig, ns)
+
+
+def test_unknown_is_not_absent_listing_expired_part_way_plans_and_prunes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Objects are planned as a listing is decoded (reconcile.CHUNK at a time). When the listing
+    # then fails (its continue token expired: 410), the verdicts already made must go with it.
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    repo = make_repo(tmp_path, configmaps(ns, ["a", "b", "c"]))
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, agent=unique("agent")))
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        changed = configmaps(ns, ["a", "b"])["clusters/pool-a/objects.yaml"].replace("k: v", "k: changed")
+        repo.commit({"clusters/pool-a/objects.yaml": changed})
+
+        original = KubeClient.scan
+
+        def first_page_then_expired(
+            self: KubeClient, info: ResourceInfo, on_item: Callable[[Manifest], None], **kw: Any
+        ) -> tuple[bool, str]:
+            if info.kind != "ConfigMap":
+                return original(self, info, on_item, **kw)
+            items: list[Manifest] = []
+            _, rv = original(self, info, items.append, **kw)
+            for it in items:
+                if (it.get("metadata") or {}).get("namespace") == ns:
+                    on_item(it)  # one of ours is handed over (and planned), then the token expires
+                    break
+            return False, rv
+
+        monkeypatch.setattr(reconcile, "CHUNK", 1)
+        monkeypatch.setattr(KubeClient, "scan", first_page_then_expired)
+        result = agent.reconcile()["pool-a"]
+        monkeypatch.undo()
+
+        mine = {r.key.name: r for r in result.results if r.key.kind == "ConfigMap" and r.key.namespace == ns}
+        for name in ("a", "b"):
+            assert mine[name].outcome is Outcome.SKIPPED and "expired" in mine[name].message, mine[name]
+        assert result.count(Outcome.PRUNED) == 0 and result.count(Outcome.CONFIGURED) == 0
+        assert result.prune_refused and "ConfigMap" in result.prune_refused
+        assert exists(a.kubeconfig, "configmap", "c", ns)
+        data = kubectl(a.kubeconfig, "get", "configmap", "a", "-n", ns, "-o", "jsonpath={.data.k}")
+        assert data.strip() == "v"
+
+        healed = agent.reconcile()["pool-a"]
+        assert healed.ok and healed.count(Outcome.PRUNED) == 1 and healed.count(Outcome.CONFIGURED) == 2
+    finally:
+        agent.close()
         cleanup(a.kubeconfig, ns)
 
 

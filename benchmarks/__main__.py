@@ -64,11 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-sizes", default="1000,5000,10000", help="objects per cluster (3 clusters)")
     ap.add_argument("--isolation-size", type=int, default=1000, help="objects per cluster (3 clusters)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of cheap steps (median reported)")
+    ap.add_argument(
+        "--concurrency", type=int, default=None, help="benchmarks 1-3: the agent's concurrency per cluster"
+    )
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON and Markdown go")
     ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md")
     args = ap.parse_args(argv)
+    if args.concurrency is not None and args.concurrency < 1:
+        ap.error("--concurrency must be at least 1")
 
     bench_git.FILES, bench_git.COMMITS = args.git_files, args.git_commits
     started = datetime.now(UTC)
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd in KUBE_PARTS or cmd == "all":
             parts = KUBE_PARTS.get(cmd, {"steady", "change"}) | {"apply"}
             sizes = [int(s) for s in args.sizes.split(",") if s]
-            results["kube"] = bench_kube.run(sizes, root, parts, reps=args.reps)
+            results["kube"] = bench_kube.run(sizes, root, parts, reps=args.reps, concurrency=args.concurrency)
         if cmd in ("memory", "all"):
             sizes = [int(s) for s in args.memory_sizes.split(",") if s]
             results["memory"] = bench_memory.run(sizes, root)

@@ -7,7 +7,8 @@ Per size N two fresh local control planes: ``ba-N`` for the agent and ``bk-N`` f
 manager). The agent runs in-process as deployed: ``GitSource`` + ``Fleet`` kept warm between
 passes (discovery and OpenAPI cached); the Git poll happens before the clock starts and is
 measured by the Git benchmark. kubectl gets a warm discovery cache before its first measured step.
-Request counts are the API server's own (``harness.measure``).
+Request counts are the API server's own and CPU seconds are read per process (``harness.measure``);
+the initial apply's row also gives the wall time that CPU allows on this machine's cores.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from benchmarks import harness as h
 from benchmarks import workload as w
+from benchmarks.markdown import bound_line
 
 
 def _kubectl_initial(k: Any, files: Path) -> None:
@@ -46,7 +48,22 @@ def _median(runs: list[h.Measured]) -> h.Measured:
     return mid
 
 
-def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
+def _bound(agent: h.Measured, kube: h.Measured) -> dict[str, Any]:
+    """Where the initial apply's time goes: CPU of server and client over the cores, per tool."""
+    ncpu = h.cores()
+    bound, peer_bound = h.cpu_bound(agent, ncpu), h.cpu_bound(kube, ncpu)
+    return {
+        "cores": ncpu,
+        "cpu_bound_seconds": {"agent": round(bound, 3), "peer": round(peer_bound, 3)},
+        "bound_throughput_ratio": h.ratio(kube.seconds, bound),
+        # Both tools at their bounds: what the CPU each one costs allows, whatever else ran meanwhile.
+        "bounds_ratio": h.ratio(peer_bound, bound),
+    }
+
+
+def run_size(
+    n: int, root: Path, parts: set[str], reps: int, concurrency: int | None = None
+) -> dict[str, Any]:
     """Measure ``parts`` (apply, steady, change) for a workload of ``n`` objects."""
     from agent.diff import run_live
 
@@ -60,13 +77,18 @@ def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
     kube_reps = reps if n <= 500 else 1  # kubectl at 5,000 objects takes a minute per diff
     with h.ClusterSet(root / "state") as cs:
         a, k = cs.start(f"ba-{n}", f"bk-{n}")
-        out["noise_requests_5s"] = h.noise(a)
-        cfg = h.write_config(root / f"bench-{n}.toml", repo, root / f"cache-{n}", [a])
+        idle = h.noise(a)
+        out["noise_requests_5s"] = idle.requests.total
+        out["idle_server_cpu_5s"] = round(idle.cpu["server"], 2)
+        cfg = h.write_config(
+            root / f"bench-{n}.toml", repo, root / f"cache-{n}", [a], concurrency=concurrency
+        )
         agent = h.InProcessAgent(cfg)
+        out["concurrency"] = agent.config.clusters[0].settings.concurrency
         try:
             rev = agent.source.poll()
             h.kubectl(k, "api-resources")  # warm kubectl's discovery cache, as a user's would be
-            kube = h.measure([k], lambda: _kubectl_initial(k, v1))
+            kube = h.measure([k], lambda: _kubectl_initial(k, v1), client="children")
             first = h.measure([a], lambda: agent.fleet.reconcile_all(rev))
             outcomes = h.outcome_counts(first.value)
             if outcomes.get("created") != n:
@@ -80,6 +102,7 @@ def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
                     throughput_ratio=h.ratio(kube.seconds, first.seconds),
                     target="throughput >= 2x kubectl",
                     met=kube.seconds >= 2 * first.seconds,
+                    **_bound(first, kube),
                 )
             )
             if parts & {"steady", "change"}:
@@ -93,13 +116,21 @@ def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
                 steady = _median(runs)
                 again = _median(
                     [
-                        h.measure([k], lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v1)))
+                        h.measure(
+                            [k],
+                            lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v1)),
+                            client="children",
+                        )
                         for _ in range(kube_reps)
                     ]
                 )
                 kdiff = _median(
                     [
-                        h.measure([k], lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v1), ok=(0,)))
+                        h.measure(
+                            [k],
+                            lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v1), ok=(0,)),
+                            client="children",
+                        )
                         for _ in range(kube_reps)
                     ]
                 )
@@ -125,7 +156,11 @@ def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
                 h.commit_workload(repo, v2, "1% changed")
                 rev2 = agent.source.poll()
                 report = h.measure([a], lambda: run_live(agent.config, rev2))
-                kdiff = h.measure([k], lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v2), ok=(1,)))
+                kdiff = h.measure(
+                    [k],
+                    lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v2), ok=(1,)),
+                    client="children",
+                )
                 errors = [c.error for c in report.value.clusters if c.error]
                 if errors:
                     raise RuntimeError(f"diff report of {n}: {errors}")
@@ -144,7 +179,9 @@ def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
                 counts = h.outcome_counts(passed.value)
                 if counts.get("configured") != len(changed):
                     raise RuntimeError(f"1% change of {n}: {counts}, expected {len(changed)} configured")
-                kapply = h.measure([k], lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v2)))
+                kapply = h.measure(
+                    [k], lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v2)), client="children"
+                )
                 out["rows"].append(
                     _row(
                         "1% change: reconcile",
@@ -159,12 +196,17 @@ def run_size(n: int, root: Path, parts: set[str], reps: int) -> dict[str, Any]:
     return out
 
 
-def run(sizes: list[int], root: Path, parts: set[str], reps: int = 3) -> list[dict[str, Any]]:
+def run(
+    sizes: list[int], root: Path, parts: set[str], reps: int = 3, concurrency: int | None = None
+) -> list[dict[str, Any]]:
+    """``concurrency``: the agent's per-cluster setting (None: its default)."""
     h.quiet_logs()
     results = []
     for n in sizes:
-        r = run_size(n, root, parts, reps)
+        r = run_size(n, root, parts, reps, concurrency)
         results.append(r)
         for row in r["rows"]:
             print(h.format_row(n, row), flush=True)
+            if "cpu_bound_seconds" in row:
+                print("  " + bound_line(n, row), flush=True)
     return results

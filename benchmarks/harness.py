@@ -12,6 +12,12 @@ the difference is split by verb. Two sources of noise are removed, and the rest 
   endpoints are dropped: neither the agent nor kubectl touches them in these benchmarks.
 
 An idle window of 10 s with both measures in place counts 0 requests (checked by ``noise``).
+
+CPU seconds (user + system) are read around the step itself, inside the scrapes (rendering
+``/metrics`` costs the API server CPU too): the API servers' and etcds' from ``/proc/PID/stat``,
+the client's from ``getrusage`` — ``RUSAGE_SELF`` for the in-process agent (the benchmark's other
+threads are idle meanwhile), ``RUSAGE_CHILDREN`` for kubectl (its processes are waited for inside
+the step). On a machine where server and client share the cores, they bound the wall time.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -30,7 +37,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent import localcluster, tools
 from agent.localcluster import LocalCluster
@@ -145,33 +152,83 @@ def difference(before: dict[Any, float], after: dict[Any, float]) -> Requests:
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process, all its threads (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14, 15)
+
+
+def cores() -> int:
+    """CPUs this process may run on (what ``nproc`` prints)."""
+    return len(os.sched_getaffinity(0))
+
+
+Client = Literal["self", "children"]
+
+
+def _client_cpu(who: Client) -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF if who == "self" else resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 @dataclass
 class Measured:
     seconds: float
     requests: Requests
     value: Any = None
+    #: CPU seconds during the step: ``apiserver``, ``etcd``, ``server`` (their sum) and ``client``.
+    cpu: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"seconds": round(self.seconds, 3), "requests": self.requests.to_json()}
+        return {
+            "seconds": round(self.seconds, 3),
+            "requests": self.requests.to_json(),
+            "cpu": {k: round(v, 2) for k, v in self.cpu.items()},
+        }
 
 
-def measure(clusters: list[LocalCluster], step: Callable[[], Any]) -> Measured:
-    """Run ``step`` with the controller managers paused; wall time and requests counted at the servers."""
+def _cpu_snapshot(clusters: list[LocalCluster], client: Client) -> tuple[float, float, float]:
+    return (
+        sum(process_cpu(c.pids.apiserver) for c in clusters),
+        sum(process_cpu(c.pids.etcd) for c in clusters),
+        _client_cpu(client),
+    )
+
+
+def measure(clusters: list[LocalCluster], step: Callable[[], Any], *, client: Client = "self") -> Measured:
+    """Run ``step`` with the controller managers paused: wall time, requests and CPU at the servers.
+
+    ``client`` names whose CPU is the client's: ``"self"`` (the agent, in this process) or
+    ``"children"`` (kubectl, subprocesses waited for during the step).
+    """
     with controllers_paused(*clusters):
         before = [scrape(c) for c in clusters]
+        cpu0 = _cpu_snapshot(clusters, client)
         t0 = time.perf_counter()
         value = step()
         seconds = time.perf_counter() - t0
+        cpu1 = _cpu_snapshot(clusters, client)
         after = [scrape(c) for c in clusters]
     total = Requests()
     for b, a in zip(before, after, strict=True):
         total = total + difference(b, a)
-    return Measured(seconds, total, value)
+    api, etcd, own = (y - x for x, y in zip(cpu0, cpu1, strict=True))
+    cpu = {"apiserver": api, "etcd": etcd, "server": api + etcd, "client": own}
+    return Measured(seconds, total, value, cpu)
 
 
-def noise(cluster: LocalCluster, seconds: float = 5.0) -> int:
-    """Requests counted while nobody does anything (should be 0)."""
-    return measure([cluster], lambda: time.sleep(seconds)).requests.total
+def cpu_bound(m: Measured, ncpu: int) -> float:
+    """The least wall time the step's CPU allows on ``ncpu`` cores: (server + client) / cores."""
+    return (m.cpu["server"] + m.cpu["client"]) / ncpu
+
+
+def noise(cluster: LocalCluster, seconds: float = 5.0) -> Measured:
+    """Nobody does anything: requests (should be 0) and the servers' background CPU."""
+    return measure([cluster], lambda: time.sleep(seconds))
 
 
 def median(values: list[float]) -> float:
@@ -218,7 +275,9 @@ def write_config(
     agent: str = "bench",
     workload_path: str = "workload",
     defaults: str = "",
+    concurrency: int | None = None,
 ) -> Path:
+    """The agent's config file; ``concurrency`` (None: the agent's default) goes into each cluster."""
     lines = [
         "[agent]",
         f'name = "{agent}"',
@@ -241,6 +300,7 @@ def write_config(
             f'name = "{c.name}"',
             f'kubeconfig = "{c.kubeconfig}"',
             f'paths = ["{workload_path}"]',
+            *([f"concurrency = {concurrency}"] if concurrency is not None else []),
             "",
         ]
     path.write_text("\n".join(lines))
@@ -290,11 +350,16 @@ def outcome_counts(results: list[Any]) -> dict[str, int]:
 
 
 def format_row(size: int | str, row: dict[str, Any]) -> str:
-    """One line of the console table: agent and peer side by side, ratio first."""
+    """One line of the console table: agent and peer side by side, ratio first, CPU as server+client."""
     a, p = row["agent"], row["peer"]
     status = "" if "met" not in row else ("  target met" if row["met"] else "  TARGET MISSED")
     return (
         f"{row['metric']:<24} {size!s:>6}  time x{row['time_ratio']!s:<6} "
-        f"agent {a['seconds']:8.3f}s {a['requests']['total']:6d} req  |  "
-        f"{row['peer_name']:<28} {p['seconds']:8.3f}s {p['requests']['total']:6d} req{status}"
+        f"agent {a['seconds']:8.3f}s {a['requests']['total']:6d} req {_cpu(a)}  |  "
+        f"{row['peer_name']:<28} {p['seconds']:8.3f}s {p['requests']['total']:6d} req {_cpu(p)}{status}"
     )
+
+
+def _cpu(side: dict[str, Any]) -> str:
+    c = side.get("cpu")
+    return f"cpu {c['server']:.2f}+{c['client']:.2f}s" if c else ""

@@ -23,6 +23,24 @@ def _met(row: dict[str, Any]) -> str:
     return "met" if row["met"] else "**missed**"
 
 
+def _cpu(side: dict[str, Any], what: str) -> str:
+    return f"{side['cpu'][what]:.2f} s" if "cpu" in side else "—"  # results written before CPU was measured
+
+
+def bound_line(n: int, row: dict[str, Any]) -> str:
+    """One sentence on the initial apply's CPU bound (console and Markdown)."""
+    a, p, b = row["agent"], row["peer"], row["cpu_bound_seconds"]
+    return (
+        f"{n} objects, initial apply on {row['cores']} cores: the agent used {a['cpu']['server']:.2f} s "
+        f"of apiserver+etcd CPU and {a['cpu']['client']:.2f} s of client CPU, so its wall time cannot go "
+        f"below {b['agent']:.2f} s (measured {a['seconds']:.2f} s); kubectl took {p['seconds']:.2f} s "
+        f"(bound {b['peer']:.2f} s: {p['cpu']['server']:.2f} s server, {p['cpu']['client']:.2f} s client). "
+        f"At its bound the agent's throughput would be x{row['bound_throughput_ratio']} kubectl's "
+        f"(measured x{row['throughput_ratio']}); with both tools at their bounds, "
+        f"x{row['bounds_ratio']}."
+    )
+
+
 def render(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -40,23 +58,54 @@ def render(results: dict[str, Any]) -> str:
     ]
     lines += _targets(results)
     if "kube" in results:
+        kube = results["kube"]
         lines += [
             "## Apply, steady state, 1% change (agent in-process `Fleet`, warm; kubectl pinned)",
             "",
-            "| step | objects (kinds) | time ratio | agent time | agent requests | peer | peer time "
-            "| peer requests | target |",
-            "|---|---|---|---|---|---|---|---|---|",
         ]
-        for size in results["kube"]:
+        if "concurrency" in kube[0]:
+            idle = ", ".join(f"{s['idle_server_cpu_5s']:.2f} s" for s in kube)
+            lines += [
+                f"Agent concurrency per cluster: {kube[0]['concurrency']}. CPU columns: user + system "
+                "seconds during the step; *server* is the measured cluster's kube-apiserver + etcd "
+                "(`/proc/PID/stat`), *client* the agent's process (in-process) or kubectl's processes "
+                f"(`getrusage`). The servers' CPU over 5 idle seconds, per size: {idle}.",
+                "",
+            ]
+        lines += [
+            "| step | objects (kinds) | time ratio | agent time | agent server CPU | agent client CPU "
+            "| agent requests | peer | peer time | peer server CPU | peer client CPU | peer requests "
+            "| target |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for size in kube:
             for row in size["rows"]:
                 a, p = row["agent"], row["peer"]
                 target = f"{row['target']}: {_met(row)}" if "target" in row else ""
                 lines.append(
                     f"| {row['metric']} | {size['objects']} ({size['kinds']}) | {row['time_ratio']} "
-                    f"| {a['seconds']:.3f} s | {_req(a['requests'])} | {row['peer_name']} "
-                    f"| {p['seconds']:.3f} s | {_req(p['requests'])} | {target} |"
+                    f"| {a['seconds']:.3f} s | {_cpu(a, 'server')} | {_cpu(a, 'client')} "
+                    f"| {_req(a['requests'])} | {row['peer_name']} "
+                    f"| {p['seconds']:.3f} s | {_cpu(p, 'server')} | {_cpu(p, 'client')} "
+                    f"| {_req(p['requests'])} | {target} |"
                 )
         lines.append("")
+        bounds = [
+            bound_line(size["objects"], row)
+            for size in kube
+            for row in size["rows"]
+            if "cpu_bound_seconds" in row
+        ]
+        if bounds:
+            lines += [
+                "### CPU bound of the initial apply",
+                "",
+                "Server and client share this machine's cores, so no tool's wall time can go below "
+                "(server CPU + client CPU) ÷ cores.",
+                "",
+                *(f"- {b}" for b in bounds),
+                "",
+            ]
     if "memory" in results:
         mem = results["memory"]
         lines += [

@@ -33,9 +33,10 @@ from agent.config import ClusterConfig, Config
 from agent.diff_fields import diff_objects, scrub, secret_strings
 from agent.errors import AgentError, ApiError
 from agent.fields import render_path
+from agent.live import LiveState
 from agent.model import Action, ApplyResult, Change, DesiredObject, Manifest, ObjectKey, Outcome, Revision
 from agent.plan import PlanOptions, expected_object, plan, request_body
-from agent.reconcile import ClusterReconciler, LiveState, render_spec
+from agent.reconcile import ClusterReconciler, render_spec
 from agent.render import render
 from agent.report_model import (
     ACTION_ORDER,

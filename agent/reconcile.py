@@ -10,8 +10,7 @@ a readable error, never as an exception that could reach another cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,10 +18,11 @@ import structlog
 
 from agent import apply as apply_stage
 from agent import prune as prune_stage
-from agent.cluster import KubeClient, ResourceInfo
+from agent.cluster import KubeClient
 from agent.config import ClusterConfig, Config
 from agent.errors import AgentError, ApiError, RenderError, RenderProblem
 from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids, widen
+from agent.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
 from agent.model import (
     Action,
     ApplyResult,
@@ -43,48 +43,6 @@ from agent.schema import SchemaIndex
 
 log = structlog.get_logger("gitops_agent.reconcile")
 ClientFactory = Callable[[ClusterConfig], KubeClient]
-
-
-GroupKind = tuple[str, str]
-#: Called on a listing thread with a chunk of one kind's wanted objects: those just listed, as they
-#: are decoded, then (once the listing of their namespace or of the whole kind completed) the ones
-#: not found, as ``None``. What it returns is kept (``LiveState.inspected``) only for listings that
-#: completed, so no verdict rests on a listing that failed part-way; the objects need not be kept.
-Inspect = Callable[[GroupKind, dict[ObjectKey, Manifest | None]], list[Any]]
-#: Wanted objects planned per chunk of a listing: small enough that a chunk's decoded objects are
-#: little memory, large enough that a chunk's bookkeeping is negligible.
-CHUNK = 64
-
-
-@dataclass
-class LiveState:
-    """What one pass read from the cluster."""
-
-    #: Wanted objects found live (only those ``keep`` accepted when ``read_live`` was given one).
-    objects: dict[ObjectKey, Manifest] = field(default_factory=dict)
-    #: (group, kind) → every listing of that kind completed in this pass (the prune guard).
-    complete: dict[GroupKind, bool] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    #: UID of every wanted object found live, kept whole or not.
-    uids: dict[ObjectKey, str] = field(default_factory=dict)
-    #: What ``inspect`` returned for each kind, from its listings that completed.
-    inspected: dict[GroupKind, list[Any]] = field(default_factory=dict)
-    #: Wanted objects whose live state is unknown (their listing failed), with why.
-    unknown: dict[ObjectKey, str] = field(default_factory=dict)
-
-    def found(self, key: ObjectKey) -> bool:
-        return key in self.uids
-
-    def listed(self, key: ObjectKey) -> bool:
-        """Whether the live state of wanted ``key`` is known: absent from ``objects`` means absent."""
-        return key not in self.unknown
-
-    def explain(self, change: Change) -> Change:
-        """A SKIP for unknown live state, with the failed listing named."""
-        why = self.unknown.get(change.key)
-        if why is None or change.action is not Action.SKIP:
-            return change
-        return replace(change, reason=f"live state unknown: {why}")
 
 
 def render_spec(cluster: ClusterConfig) -> RenderSpec:
@@ -156,7 +114,7 @@ class ClusterReconciler:
     def prepare(self, desired: DesiredSet, inventory_id: str) -> list[DesiredObject]:
         """Default namespaces, refuse namespaced-ness mistakes, add our membership label."""
         disc = self.client.discovery()
-        crd_scopes = _crd_scopes(desired.objects)
+        scopes = crd_scopes(desired.objects)
         out: list[DesiredObject] = []
         problems: list[RenderProblem] = []
         for obj in desired.objects:
@@ -169,7 +127,7 @@ class ClusterReconciler:
                 meta["labels"] = dict(meta["labels"])
             group = obj.key.group
             info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
-            namespaced = info.namespaced if info else crd_scopes.get((group, obj.key.kind))
+            namespaced = info.namespaced if info else scopes.get((group, obj.key.kind))
             if namespaced is None:
                 namespaced = bool(meta.get("namespace"))  # unknown kind: keep as written; apply reports it
             if namespaced and not meta.get("namespace"):
@@ -197,127 +155,15 @@ class ClusterReconciler:
         inspect: Inspect | None = None,
         keep: Callable[[ObjectKey], bool] | None = None,
     ) -> LiveState:
-        """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded.
-
-        Every wanted object is kept whole unless ``keep`` says otherwise. A reconcile pass plans
-        with ``inspect`` on the listing threads as items are decoded and keeps only prune
-        candidates, so a listing thread holds one page's text and one chunk of objects, never a
-        whole kind (most of a steady pass's memory, with several clusters listing at once).
-        """
-        state = LiveState()
-        wanted: dict[GroupKind, set[ObjectKey]] = {}
-        for k in keys:
-            wanted.setdefault((k.group, k.kind), set()).add(k)
-        crd_kinds = set(_crd_scopes(desired))
-        disc = self.client.discovery()
-        served = {gk: info for gk in wanted if (info := disc.find_group_kind(*gk)) is not None}
-
-        def listing(gk: GroupKind) -> _Listed | ApiError:
-            try:
-                return self._list(gk, served[gk], wanted[gk], inspect, keep)
-            except ApiError as e:
-                return e
-
-        # Kinds are listed side by side on the cluster's own bounded pool: the server encodes
-        # one list while we decode another. Results are then taken in a fixed order.
-        workers = max(1, min(self.cluster.settings.concurrency, len(served)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"list-{self.cluster.name}") as pool:
-            listed = dict(zip(sorted(served), pool.map(listing, sorted(served)), strict=True))
-        for gk, members in sorted(wanted.items()):
-            info = served.get(gk)
-            if info is None:
-                # Served nowhere: a kind a CRD in this commit adds has no objects yet.
-                state.complete[gk] = gk in crd_kinds
-                if gk not in crd_kinds:
-                    why = f"kind {gk[1]}.{gk[0]} is not served by the cluster"
-                    state.errors.append(why)
-                    state.unknown.update(dict.fromkeys(members, why))
-                continue
-            got = listed[gk]
-            if isinstance(got, ApiError):
-                if apply_stage.cluster_level(got):
-                    raise got
-                why = f"listing {info.kind}: {got}"
-                state.complete[gk] = False
-                state.errors.append(why)
-                state.unknown.update(dict.fromkeys(members, why))
-                continue
-            state.complete[gk] = not got.failed
-            for namespace, why in got.failed.items():
-                state.errors.append(why)
-                state.unknown.update({k: why for k in members if k.namespace == namespace})
-            state.objects.update(got.objects)
-            state.uids.update(got.uids)
-            if inspect is not None:
-                state.inspected[gk] = got.inspected
-        return state
-
-    def _list(
-        self,
-        gk: GroupKind,
-        info: ResourceInfo,
-        members: set[ObjectKey],
-        inspect: Inspect | None,
-        keep: Callable[[ObjectKey], bool] | None,
-    ) -> _Listed:
-        """List one kind: the whole of it, or each wanted namespace when RBAC refuses the whole."""
-        out = _Listed({}, {}, [], {})
-        try:
-            self._scan(gk, info, None, members, inspect, keep, out)
-            return out
-        except ApiError as e:
-            if e.status != 403 or not info.namespaced:
-                raise
-        # Namespaced RBAC: one LIST per namespace we care about; a refused namespace leaves only
-        # its own objects unknown.
-        for ns in sorted({k.namespace for k in members}):
-            scope = {k for k in members if k.namespace == ns}
-            try:
-                self._scan(gk, info, ns, scope, inspect, keep, out)
-            except ApiError as e:
-                if apply_stage.cluster_level(e):
-                    raise
-                out.failed[ns] = f"listing {info.kind} in namespace {ns}: {e}"
-        return out
-
-    def _scan(
-        self,
-        gk: GroupKind,
-        info: ResourceInfo,
-        namespace: str | None,
-        members: set[ObjectKey],
-        inspect: Inspect | None,
-        keep: Callable[[ObjectKey], bool] | None,
-        out: _Listed,
-    ) -> None:
-        """One listing into ``out``; nothing of it lands there unless it completed."""
-        objects: dict[ObjectKey, Manifest] = {}
-        uids: dict[ObjectKey, str] = {}
-        verdicts: list[Any] = []
-        chunk: dict[ObjectKey, Manifest | None] = {}
-
-        def take(item: Manifest) -> None:
-            key = ObjectKey.of(item)
-            if key not in members:
-                return  # the rest of the kind goes with the page's text
-            uids[key] = str((item.get("metadata") or {}).get("uid") or "")
-            if keep is None or keep(key):
-                objects[key] = item
-            if inspect is not None:
-                chunk[key] = item
-                if len(chunk) >= CHUNK:
-                    verdicts.extend(inspect(gk, dict(chunk)))
-                    chunk.clear()
-
-        complete, _ = self.client.scan(info, take, namespace=namespace)
-        if not complete:
-            raise ApiError(self.client.name, 410, f"listing {info.kind} expired before it completed")
-        if inspect is not None:
-            chunk.update({k: None for k in members if k not in uids})
-            verdicts.extend(inspect(gk, chunk))
-        out.objects.update(objects)
-        out.uids.update(uids)
-        out.inspected.extend(verdicts)
+        """``live.read_live`` on this cluster's client and pool size."""
+        return read_live(
+            self.client,
+            keys,
+            crd_scopes(desired),
+            concurrency=self.cluster.settings.concurrency,
+            inspect=inspect,
+            keep=keep,
+        )
 
     def load_schema(self, objs: Iterable[DesiredObject]) -> None:
         """OpenAPI v3 per group-version, once per client lifetime (list-map keys, int-or-string)."""
@@ -561,17 +407,6 @@ class ClusterReconciler:
 
 
 @dataclass(frozen=True)
-class _Listed:
-    """One kind's listings as ``read_live`` keeps them (from those that completed)."""
-
-    objects: dict[ObjectKey, Manifest]
-    uids: dict[ObjectKey, str]
-    inspected: list[Any]
-    #: namespace → why its listing failed (namespaced RBAC only; others fail the whole kind).
-    failed: dict[str, str]
-
-
-@dataclass(frozen=True)
 class _Verdict:
     """One object's change, the live version it was planned against, and whether it was planned now."""
 
@@ -597,15 +432,3 @@ def _same(a: DesiredObject, b: DesiredObject) -> bool:
 def _version(live: Manifest) -> tuple[str, str]:
     meta = live.get("metadata") or {}
     return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
-
-
-def _crd_scopes(objs: Iterable[DesiredObject]) -> dict[tuple[str, str], bool]:
-    """(group, kind) → namespaced, for kinds defined by CRDs in the desired set."""
-    scopes: dict[tuple[str, str], bool] = {}
-    for o in objs:
-        if (o.key.group, o.key.kind) == apply_stage.CRD_KEY:
-            spec = o.manifest.get("spec") or {}
-            kind = (spec.get("names") or {}).get("kind")
-            if kind:
-                scopes[(str(spec.get("group", "")), str(kind))] = spec.get("scope") == "Namespaced"
-    return scopes

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from agent import localcluster, reconcile
+from agent import live, localcluster
 from agent.cluster import KubeClient, ResourceInfo
+from agent.live import LiveState
 from agent.model import Manifest, Outcome
-from agent.reconcile import ClusterReconciler, LiveState
+from agent.reconcile import ClusterReconciler
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 
@@ -162,7 +163,7 @@ def test_unknown_is_not_absent_forbidden_list_of_one_kind_prunes_nothing(
 def test_unknown_is_not_absent_listing_expired_part_way_plans_and_prunes_nothing(
     tmp_path: Path, cluster_pool: ClusterPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Objects are planned as a listing is decoded (reconcile.CHUNK at a time). When the listing
+    # Objects are planned as a listing is decoded (live.CHUNK at a time). When the listing
     # then fails (its continue token expired: 410), the verdicts already made must go with it.
     a = cluster_pool["pool-a"]
     ns = unique("guard")
@@ -188,7 +189,7 @@ def test_unknown_is_not_absent_listing_expired_part_way_plans_and_prunes_nothing
                     break
             return False, rv
 
-        monkeypatch.setattr(reconcile, "CHUNK", 1)
+        monkeypatch.setattr(live, "CHUNK", 1)
         monkeypatch.setattr(KubeClient, "scan", first_page_then_expired)
         result = agent.reconcile()["pool-a"]
         monkeypatch.undo()

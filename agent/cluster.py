@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
 import urllib3
@@ -60,6 +60,16 @@ class ResourceInfo:
     def path(self, namespace: str | None, name: str | None = None) -> str:
         base = self.base_path(namespace)
         return f"{base}/{quote(name, safe='')}" if name else base
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keyword arguments of ``KubeClient.request_bytes`` (and so of ``request``)."""
+
+    query: Mapping[str, str | None] | None
+    body: Any
+    content_type: str
+    accept: str
+    timeout: float | None
 
 
 @dataclass(frozen=True)
@@ -189,21 +199,9 @@ class KubeClient:
 
     # -- raw requests ---------------------------------------------------------
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | None] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        accept: str = "application/json",
-        timeout: float | None = None,
-    ) -> Any:
+    def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Any:
         """Send one request; returns the decoded JSON body or raises ``ApiError``."""
-        raw = self.request_bytes(
-            method, path, query=query, body=body, content_type=content_type, accept=accept, timeout=timeout
-        )
+        raw = self.request_bytes(method, path, **options)
         return json.loads(raw) if raw else None
 
     def check_send(self, method: str) -> None:

@@ -44,9 +44,10 @@ MANAGER = "gitops-agent"
 CASES = sorted(p for p in FIXTURES.glob("*.yaml") if not p.name.startswith("_"))
 
 
-def _options(raw: dict[str, Any] | None) -> PlanOptions:
+def _options(raw: dict[str, Any] | None, *, detail: bool = True) -> PlanOptions:
     raw = raw or {}
     return PlanOptions(
+        detail=detail,
         field_manager=MANAGER,
         rules=DEFAULT_CONFLICT_RULES,
         schema=SCHEMA if raw.get("schema", True) else None,

@@ -16,28 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.config import DEFAULT_CONFLICT_RULES
 from agent.model import Action, Change, DesiredObject, Manifest, Provenance
-from agent.plan import IGNORE_FIELDS, PlanOptions, plan_object, request_body, send_body
-from agent.schema import SchemaIndex
-
-FIXTURES = Path(__file__).parent / "fixtures" / "plan"
-SCHEMA = SchemaIndex.from_openapi_v3([yaml.safe_load((FIXTURES / "_openapi.yaml").read_text())])
-CASES = sorted(p for p in FIXTURES.glob("*.yaml") if not p.name.startswith("_"))
-
-
-def _options(raw: dict[str, Any] | None, *, detail: bool) -> PlanOptions:
-    raw = raw or {}
-    return PlanOptions(
-        field_manager="gitops-agent",
-        rules=DEFAULT_CONFLICT_RULES,
-        schema=SCHEMA if raw.get("schema", True) else None,
-        adopt=raw.get("adopt", "if-unowned"),
-        membership_label=("applyset.kubernetes.io/part-of", "applyset-test-v1")
-        if raw.get("membership")
-        else None,
-        detail=detail,
-    )
+from agent.plan import IGNORE_FIELDS, plan_object, request_body, send_body
+from tests.test_plan import CASES, _options
 
 
 def _verdict(change: Change) -> dict[str, Any]:

@@ -210,7 +210,7 @@ def _apiserver_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
         # The default reconciler rejects a loopback address for the `kubernetes` Service and logs it every
         # 10 s; nothing here runs in-cluster, so no endpoints are needed.
         "--endpoint-reconciler-type=none",
-        "--profiling=false",
+        "--profiling=" + os.environ.get("GITOPS_AGENT_APISERVER_PROFILING", "false"),
     ]
 
 

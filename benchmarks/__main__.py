@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation-size", type=int, default=1000, help="objects per cluster (3 clusters)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of cheap steps (median reported)")
     ap.add_argument(
+        "--apply-reps",
+        type=int,
+        default=3,
+        help="benchmarks 1-3: initial applies per size, each on fresh clusters, tools' order alternating",
+    )
+    ap.add_argument(
         "--concurrency", type=int, default=None, help="benchmarks 1-3: the agent's concurrency per cluster"
     )
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.concurrency is not None and args.concurrency < 1:
         ap.error("--concurrency must be at least 1")
+    if args.apply_reps < 1:
+        ap.error("--apply-reps must be at least 1")
 
     bench_git.FILES, bench_git.COMMITS = args.git_files, args.git_commits
     started = datetime.now(UTC)
@@ -85,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd in KUBE_PARTS or cmd == "all":
             parts = KUBE_PARTS.get(cmd, {"steady", "change"}) | {"apply"}
             sizes = [int(s) for s in args.sizes.split(",") if s]
-            results["kube"] = bench_kube.run(sizes, root, parts, reps=args.reps, concurrency=args.concurrency)
+            results["kube"] = bench_kube.run(
+                sizes, root, parts, reps=args.reps, concurrency=args.concurrency, apply_reps=args.apply_reps
+            )
         if cmd in ("memory", "all"):
             sizes = [int(s) for s in args.memory_sizes.split(",") if s]
             results["memory"] = bench_memory.run(sizes, root)

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from agent import localcluster, tools
 from agent.localcluster import LocalCluster
+from benchmarks.markdown import spread
 
 _ROW = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -350,9 +351,14 @@ def outcome_counts(results: list[Any]) -> dict[str, int]:
 
 
 def format_row(size: int | str, row: dict[str, Any]) -> str:
-    """One line of the console table: agent and peer side by side, ratio first, CPU as server+client."""
+    """One line of the console table: agent and peer side by side, ratio first, CPU as server+client.
+
+    The initial apply's row holds medians over its repetitions, and says so with its range.
+    """
     a, p = row["agent"], row["peer"]
     status = "" if "met" not in row else ("  target met" if row["met"] else "  TARGET MISSED")
+    if "throughput_ratio_range" in row:  # the initial apply: medians over repetitions
+        status += f"  throughput {spread(row, 'throughput_ratio', 'x')}"
     return (
         f"{row['metric']:<24} {size!s:>6}  time x{row['time_ratio']!s:<6} "
         f"agent {a['seconds']:8.3f}s {a['requests']['total']:6d} req {_cpu(a)}  |  "

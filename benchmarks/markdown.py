@@ -27,16 +27,31 @@ def _cpu(side: dict[str, Any], what: str) -> str:
     return f"{side['cpu'][what]:.2f} s" if "cpu" in side else "—"  # results written before CPU was measured
 
 
+def spread(row: dict[str, Any], key: str, prefix: str = "") -> str:
+    """A ratio over repetitions: median, min and max (en dash), count: ``x2.31 (1.90-2.80, 3 reps)``.
+
+    Rows without repetitions (and results written before them) show the plain value.
+    """
+    value, span = row.get(key), row.get(f"{key}_range")
+    if value is None:
+        return "—"
+    if not span:
+        return f"{prefix}{value}"
+    return f"{prefix}{value:.2f} ({span[0]:.2f}\N{EN DASH}{span[1]:.2f}, {row['apply_reps']} reps)"
+
+
 def bound_line(n: int, row: dict[str, Any]) -> str:
     """One sentence on the initial apply's CPU bound (console and Markdown)."""
     a, p, b = row["agent"], row["peer"], row["cpu_bound_seconds"]
+    medians = f" (medians of {row['apply_reps']} repetitions)" if "apply_reps" in row else ""
     return (
-        f"{n} objects, initial apply on {row['cores']} cores: the agent used {a['cpu']['server']:.2f} s "
+        f"{n} objects, initial apply on {row['cores']} cores{medians}: "
+        f"the agent used {a['cpu']['server']:.2f} s "
         f"of apiserver+etcd CPU and {a['cpu']['client']:.2f} s of client CPU, so its wall time cannot go "
         f"below {b['agent']:.2f} s (measured {a['seconds']:.2f} s); kubectl took {p['seconds']:.2f} s "
         f"(bound {b['peer']:.2f} s: {p['cpu']['server']:.2f} s server, {p['cpu']['client']:.2f} s client). "
         f"At its bound the agent's throughput would be x{row['bound_throughput_ratio']} kubectl's "
-        f"(measured x{row['throughput_ratio']}); with both tools at their bounds, "
+        f"(measured {spread(row, 'throughput_ratio', 'x')}); with both tools at their bounds, "
         f"x{row['bounds_ratio']}."
     )
 
@@ -72,6 +87,16 @@ def render(results: dict[str, Any]) -> str:
                 f"(`getrusage`). The servers' CPU over 5 idle seconds, per size: {idle}.",
                 "",
             ]
+        initial = [(size["objects"], row) for size in kube for row in size["rows"] if "reps" in row]
+        if initial:
+            lines += [
+                f"The initial apply is measured {initial[0][1]['apply_reps']} times per size, each time on "
+                "a fresh pair of clusters started together, the two tools' order alternating (kubectl "
+                "first, then the agent first, ...): its row gives the median of the per-repetition ratios "
+                "with their range, and in the other columns each figure's median. Every repetition is "
+                "listed below the table.",
+                "",
+            ]
         lines += [
             "| step | objects (kinds) | time ratio | agent time | agent server CPU | agent client CPU "
             "| agent requests | peer | peer time | peer server CPU | peer client CPU | peer requests "
@@ -82,14 +107,18 @@ def render(results: dict[str, Any]) -> str:
             for row in size["rows"]:
                 a, p = row["agent"], row["peer"]
                 target = f"{row['target']}: {_met(row)}" if "target" in row else ""
+                if "throughput_ratio_range" in row:
+                    target += f" — throughput {spread(row, 'throughput_ratio', 'x')}"
                 lines.append(
-                    f"| {row['metric']} | {size['objects']} ({size['kinds']}) | {row['time_ratio']} "
+                    f"| {row['metric']} | {size['objects']} ({size['kinds']}) | {spread(row, 'time_ratio')} "
                     f"| {a['seconds']:.3f} s | {_cpu(a, 'server')} | {_cpu(a, 'client')} "
                     f"| {_req(a['requests'])} | {row['peer_name']} "
                     f"| {p['seconds']:.3f} s | {_cpu(p, 'server')} | {_cpu(p, 'client')} "
                     f"| {_req(p['requests'])} | {target} |"
                 )
         lines.append("")
+        if initial:
+            lines += _repetitions(initial)
         bounds = [
             bound_line(size["objects"], row)
             for size in kube
@@ -168,6 +197,26 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _repetitions(initial: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """Each repetition of the initial apply: its order, both wall times and CPU (server + client)."""
+    lines = [
+        "### Initial apply, every repetition",
+        "",
+        "| objects | repetition | first | throughput ratio | agent time | agent CPU server + client "
+        "| kubectl time | kubectl CPU server + client |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, row in initial:
+        for rep in row["reps"]:
+            a, p = rep["agent"], rep["peer"]
+            lines.append(
+                f"| {n} | {rep['rep']} | {rep['order'][0]} | x{rep['throughput_ratio']} "
+                f"| {a['seconds']:.3f} s | {a['cpu']['server']:.2f} + {a['cpu']['client']:.2f} s "
+                f"| {p['seconds']:.3f} s | {p['cpu']['server']:.2f} + {p['cpu']['client']:.2f} s |"
+            )
+    return [*lines, ""]
+
+
 def _targets(results: dict[str, Any]) -> list[str]:
     """One line per target with a verdict, largest size first (the figures are in the tables)."""
     out = ["## Where the targets stand", ""]
@@ -177,7 +226,11 @@ def _targets(results: dict[str, Any]) -> list[str]:
                 out.append(
                     f"- {row['metric']}, {size['objects']} objects: {_met(row)} — {row['target']}; "
                     f"time x{row['time_ratio']}, agent {row['agent']['requests']['total']} requests"
-                    + (f", throughput x{row['throughput_ratio']}" if "throughput_ratio" in row else "")
+                    + (
+                        f", throughput {spread(row, 'throughput_ratio', 'x')}"
+                        if "throughput_ratio" in row
+                        else ""
+                    )
                 )
     for row in results.get("memory", {}).get("rows", []):
         out.append(

@@ -272,17 +272,6 @@ class ClusterReconciler:
         if not dry_run:
             self._narrow(store, inventory, by_key, live, result.results)
 
-    def plan(
-        self,
-        revision: str,
-        desired: list[DesiredObject],
-        known: dict[ObjectKey, Manifest | None],
-        options: PlanOptions,
-    ) -> Plan:
-        """``plan.plan``, re-using last pass's NOOP verdicts where nothing they depend on changed."""
-        self._memo_reset(options)
-        return self._remember(revision, desired, self._verdicts(revision, desired, known, options))
-
     def _memo_reset(self, options: PlanOptions) -> None:
         token = (
             options.field_manager,

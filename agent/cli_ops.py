@@ -160,7 +160,8 @@ def sync(config_file: str, cluster_name: str, local: bool) -> None:
 def _one_pass(cfg: Config, cluster_name: str) -> int:
     from agent.cli import format_summary
     from agent.fleet import Fleet
-    from agent.lease import acquire_once, lease_settings, management_client
+    from agent.lease import acquire_once
+    from agent.lease_settings import lease_settings, management_client
     from agent.source import GitSource
 
     lm = None

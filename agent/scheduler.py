@@ -31,7 +31,8 @@ from agent.config import ClusterConfig, Config, load_config
 from agent.errors import ConfigError, SourceError
 from agent.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
 from agent.health import STUCK_AFTER, HealthServer
-from agent.lease import LeaseManager, LeaseSettings, lease_settings, management_client
+from agent.lease import LeaseManager
+from agent.lease_settings import LeaseSettings, lease_settings, management_client
 from agent.model import Revision
 
 __all__ = [
@@ -66,7 +67,7 @@ class DaemonOptions:
     jitter: float = 0.1
     #: Seconds between checks of the config file for changes (0: never reload).
     reload_interval: float = 5.0
-    #: None: decided from the config (``lease.lease_settings``).
+    #: None: decided from the config (``lease_settings.lease_settings``).
     leases: LeaseSettings | None = None
 
     @classmethod

@@ -40,7 +40,7 @@ from pathlib import Path
 from agent import logs
 from agent.config import load_config
 from agent.fleet import Fleet
-from agent.lease import LeaseSettings
+from agent.lease_settings import LeaseSettings
 from agent.scheduler import Daemon, DaemonOptions
 from agent.source import GitSource
 config, identity, lease_ns, mgmt, grace = sys.argv[1:6]

@@ -20,7 +20,7 @@ from typing import Any
 
 from agent.config import Config, load_config
 from agent.fleet import Fleet
-from agent.lease import LeaseSettings
+from agent.lease_settings import LeaseSettings
 from agent.scheduler import Daemon, DaemonOptions
 from agent.source import GitSource
 

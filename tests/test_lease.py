@@ -16,7 +16,8 @@ import pytest
 
 from agent.cluster import KubeClient
 from agent.errors import ClusterError
-from agent.lease import FencedClient, LeaseManager, LeaseSettings
+from agent.lease import FencedClient, LeaseManager
+from agent.lease_settings import LeaseSettings
 from agent.localcluster import LocalCluster
 from tests.agentkit import unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl

@@ -39,22 +39,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
 
 from agent import masking
+from agent.compare import differences
 from agent.config import ConflictRule
 from agent.expected import expected_after, for_report, whole_item_if_key
 from agent.fields import (
     ManagedEntry,
-    field_element,
     is_under,
-    list_elements,
     managed_entries,
     manifest_paths,
-    merged_order,
     name_list,
     pointer_to_path,
     remove_path,
@@ -73,12 +71,7 @@ from agent.model import (
     split_api_version,
 )
 from agent.normalize import (
-    MISSING,
-    b64_equal,
-    changed_inside,
-    leaf_equal,
     secret_string_data_as_data,
-    strip_defaults,
 )
 from agent.schema import Node, SchemaIndex, root_node
 
@@ -222,7 +215,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
         return _change(desired, Action.SKIP, reason=refusal, **ids)
     ctx = _Context(body, live, node, secret, ours, tuple(e for e in entries if e is not ours))
 
-    diff = _differences(ctx)
+    diff = differences(body, live, node, owned=ours.paths if ours else frozenset(), secret=secret)
     changed = diff.changed
     conflicts = _conflicts(ctx, changed, diff.values, options, _pointer_paths(manifest, FORCE_FIELDS, node))
     yielded = {c.path for c in conflicts if c.resolution is Resolution.YIELD}
@@ -303,88 +296,6 @@ def _adoption(
     if appliers:
         return f"applied by another manager ({', '.join(appliers)}); adopt = if-unowned refuses", False
     return "", True
-
-
-@dataclass
-class _Diff:
-    """What ``_compare`` found: differing declared paths (with both values), and lists whose
-    item order the apply would change (not a field conflict: no value differs)."""
-
-    changed: set[FieldPath] = field(default_factory=set)
-    values: dict[FieldPath, tuple[Any, Any]] = field(default_factory=dict)
-    reordered: set[FieldPath] = field(default_factory=set)
-    #: For a differing atomic map or list, where inside it (``matchLabels.tier``), for reasons.
-    inside: dict[FieldPath, tuple[str, ...]] = field(default_factory=dict)
-
-    def add(self, path: FieldPath, desired: Any, live: Any) -> None:
-        self.changed.add(path)
-        self.values[path] = (desired, None if live is MISSING else live)
-
-
-def _differences(ctx: _Context) -> _Diff:
-    """Declared paths whose normalised value differs from live, with both values."""
-    diff = _Diff()
-    owned = ctx.ours.paths if ctx.ours else frozenset()
-    for key, value in ctx.desired.items():
-        if key in ("apiVersion", "kind", "status") or (ctx.secret and key in ("data", "stringData")):
-            continue
-        path = (field_element(key),)
-        if key == "metadata" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in ("name", "namespace")}
-        _compare(value, ctx.live.get(key, MISSING), ctx.node.field(key), path, owned, diff)
-    if ctx.secret:
-        _compare_secret(ctx.desired, ctx.live, diff)
-    return diff
-
-
-def _compare(
-    desired: Any, live: Any, node: Node, path: FieldPath, owned: frozenset[FieldPath], diff: _Diff
-) -> None:
-    if isinstance(desired, dict) and not node.atomic_map:
-        live_map = live if isinstance(live, dict) else {}
-        for k, v in desired.items():
-            _compare(v, live_map.get(k, MISSING), node.field(k), (*path, field_element(k)), owned, diff)
-        return
-    if isinstance(desired, list) and (info := node.list_info()).type != "atomic":
-        elements = list_elements(info, desired)
-        live_items = live if isinstance(live, list) else []
-        live_elements = list_elements(info, live_items)
-        if elements is not None and live_elements is not None:
-            by_element = dict(zip(live_elements, live_items, strict=True))
-            item = node.item()
-            for element, v in zip(elements, desired, strict=True):
-                child = (*path, element)
-                if element not in by_element:
-                    diff.add(child, v, None)
-                    if info.type == "set":
-                        continue
-                if info.type == "map":
-                    _compare(v, by_element.get(element, MISSING), item, child, owned, diff)
-            # The apply puts shared items in Git's order (fields.merged_order): a reordering
-            # in Git is a write, one the server makes once; others' items keep their place.
-            if len(elements) > 1 and live_elements:
-                present = set(live_elements)
-                merged = [e for e in merged_order(live_elements, elements) if e in present]
-                if merged != live_elements:
-                    diff.reordered.add(path)
-            return
-    if not leaf_equal(desired, live, node, owned_by_us=path in owned):
-        diff.add(path, desired, live)
-        if isinstance(desired, dict | list) and isinstance(live, dict | list):
-            diff.inside[path] = changed_inside(desired, strip_defaults(desired, live, node))
-
-
-def _compare_secret(desired: Manifest, live: Manifest, diff: _Diff) -> None:
-    """``data`` compared as bytes (``stringData`` was folded into it by ``_clean``)."""
-    live_data = live.get("data") or {}
-    for k, v in (desired.get("data") or {}).items():
-        lv = live_data.get(k)
-        if lv is None or not b64_equal(v, lv):
-            diff.add(
-                ("f:data", field_element(k)),
-                masking.MASK_AFTER,
-                masking.MASK_BEFORE if lv is not None else None,
-            )
 
 
 def _conflicts(

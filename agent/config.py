@@ -131,7 +131,7 @@ class ClusterSettings:
     connect_timeout: float = 5.0
     request_timeout: float = 30.0
     pass_deadline: float = 300.0
-    concurrency: int = 4
+    concurrency: int = 8
     exclude: tuple[str, ...] = ()
     render_timeout: float = 60.0
 

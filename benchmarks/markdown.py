@@ -187,8 +187,8 @@ def render(results: dict[str, Any]) -> str:
         "## Reading these numbers",
         "",
         "- Memory sizes are objects *per cluster*: the 10k row holds 30k objects (3 clusters).",
-        "- The agent's initial apply and 1%-change pass include rendering the commit; most of their "
-        "client time is PyYAML's pure-Python parser (see the profiling notes).",
+        "- The agent's initial apply and 1%-change pass include rendering the commit (YAML parsed by "
+        "libyaml, see the profiling notes).",
         "- The diff report is cold (fresh reconcilers: discovery, OpenAPI, every object planned), "
         "as `gitops-agent diff` runs; the reconcile rows are warm, as the daemon runs.",
         '- What was profiled, fixed (before/after) and proposed: `benchmarks/README.md`, "Profiling notes".',

@@ -3,17 +3,24 @@
 Called by ``benchmarks.__main__`` (``python -m benchmarks git``).
 
 The repository is generated with ``git fast-import`` (one commit adding every file, then one
-commit changing one file each) and served from a local path. The agent is ``agent.source.GitSource``
-(``poll``: ls-remote in a child process, fetch only when the ref moved, then an atomic checkout of
-the new commit); the peer is plain ``git fetch`` in a clone of its own. Each "one new commit" step
-first commits once to the source, then both fetch that same commit.
+commit changing one file each) and served two ways: as a local path, and by ``git daemon`` on
+loopback (``git://``: the smart protocol, where the server's ``upload-pack`` builds the pack, as
+behind an HTTPS or SSH remote). The agent is ``agent.source.GitSource`` (``poll``: ls-remote in a
+child process, fetch only when the ref moved, then an atomic checkout of the new commit); the peer
+is plain ``git clone`` / ``git fetch`` in a clone of its own. The first clone is measured over both
+transports, and shallow (``shallow = true``: depth 1) over ``git://``; polls run over ``git://``
+with the default (full) clone. Each "one new commit" step first commits once to the source, then
+both fetch that same commit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,30 +71,120 @@ def add_commit(path: Path, n: int) -> str:
     return _git("rev-parse", "refs/heads/main", cwd=path).strip()
 
 
+@contextlib.contextmanager
+def daemon(base: Path) -> Iterator[str]:
+    """``git daemon`` serving the repositories under ``base`` on loopback; yields its ``git://`` base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            f"--base-path={base}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(base),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read().decode() if proc.stderr and proc.poll() is not None else ""
+                raise RuntimeError(f"git daemon did not start on 127.0.0.1:{port}: {err.strip()}")
+            time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _timed(step: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    value = step()
+    return time.perf_counter() - t0, value
+
+
 def run(root: Path, reps: int = 5) -> dict[str, Any]:
+    base = root / "git-served"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    src = base / "src.git"
+    made = generate(src, FILES, COMMITS)
+    with daemon(base) as served:
+        return _run(root, src, f"{served}/src.git", made, reps)
+
+
+def _run(root: Path, src: Path, url: str, made: float, reps: int) -> dict[str, Any]:
     from agent.config import SourceConfig
     from agent.source import GitSource
 
-    src = root / "git-src.git"
-    shutil.rmtree(src, ignore_errors=True)
-    made = generate(src, FILES, COMMITS)
     count = int(_git("rev-list", "--count", "main", cwd=src))
     files = len(_git("ls-tree", "-r", "--name-only", "main", cwd=src).splitlines())
-    out: dict[str, Any] = {"commits": count, "files": files, "generate_seconds": round(made, 2), "rows": []}
+    out: dict[str, Any] = {
+        "commits": count,
+        "files": files,
+        "generate_seconds": round(made, 2),
+        "transport": "git daemon on loopback (git://); first clone also from a local path",
+        "rows": [],
+    }
+    for d in (
+        "git-cache-local",
+        "git-cache",
+        "git-cache-shallow",
+        "git-peer-local",
+        "git-peer",
+        "git-peer-shallow",
+    ):
+        shutil.rmtree(root / d, ignore_errors=True)
 
-    source = GitSource(SourceConfig(url=str(src), branch="main"), root / "git-cache")
-    peer = root / "git-peer"
-    shutil.rmtree(peer, ignore_errors=True)
-
-    t0 = time.perf_counter()
-    first = source.poll()
-    agent_clone = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # --no-local: the pack protocol, as the agent's libgit2 uses (not hard links to the source).
-    _git("clone", "-q", "--bare", "--no-local", str(src), str(peer))
-    peer_clone = time.perf_counter() - t0
+    # Local path: libgit2's local transport packs the objects itself; git clone --no-local runs the
+    # pack protocol (not hard links to the source), as close to it as git gets.
+    local = GitSource(SourceConfig(url=str(src), branch="main"), root / "git-cache-local")
+    agent_local, _ = _timed(local.poll)
+    peer_local, _ = _timed(
+        lambda: _git("clone", "-q", "--bare", "--no-local", str(src), str(root / "git-peer-local"))
+    )
     out["rows"].append(
-        _row("initial clone (+checkout)", [agent_clone], [peer_clone], "git clone --bare --no-local")
+        _row(
+            "initial clone (+checkout), local path",
+            [agent_local],
+            [peer_local],
+            "git clone --bare --no-local",
+        )
+    )
+    source = GitSource(SourceConfig(url=url, branch="main"), root / "git-cache")
+    agent_clone, first = _timed(source.poll)
+    peer = root / "git-peer"
+    peer_clone, _ = _timed(lambda: _git("clone", "-q", "--bare", url, str(peer)))
+    out["rows"].append(
+        _row("initial clone (+checkout), git://", [agent_clone], [peer_clone], "git clone --bare")
+    )
+    shallow = GitSource(SourceConfig(url=url, branch="main", shallow=True), root / "git-cache-shallow")
+    agent_shallow, _ = _timed(shallow.poll)
+    peer_shallow, _ = _timed(
+        lambda: _git("clone", "-q", "--bare", "--depth", "1", url, str(root / "git-peer-shallow"))
+    )
+    out["rows"].append(
+        _row(
+            "initial clone (+checkout), git://, shallow",
+            [agent_shallow],
+            [peer_shallow],
+            "git clone --bare --depth 1",
+        )
     )
 
     def agent_poll() -> float:
@@ -125,7 +222,7 @@ def run(root: Path, reps: int = 5) -> dict[str, Any]:
     out["first_revision"] = first.sha
     for row in out["rows"]:
         print(
-            f"git {row['metric']:<28} time x{row['time_ratio']!s:<7} agent {row['agent_seconds']:7.3f}s"
+            f"git {row['metric']:<44} time x{row['time_ratio']!s:<7} agent {row['agent_seconds']:7.3f}s"
             f"  |  {row['peer_name']:<16} {row['peer_seconds']:7.3f}s",
             flush=True,
         )

@@ -158,7 +158,9 @@ def render(results: dict[str, Any]) -> str:
     if "git" in results:
         g = results["git"]
         lines += [
-            f"## Git ({g['commits']} commits, {g['files']} files, local path; `GitSource.poll` vs git)",
+            f"## Git ({g['commits']} commits, {g['files']} files; `GitSource.poll` vs git)",
+            "",
+            f"Served by {g.get('transport', 'a local path')}.",
             "",
             "| step | time ratio | agent (median) | peer | peer (median) |",
             "|---|---|---|---|---|",

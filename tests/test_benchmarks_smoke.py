@@ -145,8 +145,10 @@ def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
     assert rows[("1% change: diff report", "kubectl diff --server-side")]["reported"] == 5
     git = json.loads(next(tmp_path.glob("git-*.json")).read_text())["git"]
     assert git["commits"] == 300 and git["files"] == 200
-    assert [r["metric"] for r in git["rows"]][:3] == [
-        "initial clone (+checkout)",
+    assert [r["metric"] for r in git["rows"]][:5] == [
+        "initial clone (+checkout), local path",
+        "initial clone (+checkout), git://",
+        "initial clone (+checkout), git://, shallow",
         "poll, no new commit",
         "poll, one new commit",
     ]

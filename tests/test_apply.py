@@ -319,3 +319,30 @@ def test_a_write_between_plan_and_apply_gets_409_and_the_object_is_replanned(
     finally:
         agent.close()
         kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_field_the_schema_does_not_declare_fails_that_object_naming_the_field(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    """A typo in Git (``datta:``) is refused by the server's typed apply, not silently dropped and
+    re-applied every pass; the object's neighbours apply, and the next pass says the same."""
+    a = cluster_pool["pool-a"]
+    ns = unique("typo")
+    cm = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\n"
+    cm += "{field}: {{a: b}}\n"
+    doc = ns_doc(ns) + cm.format(name="good", ns=ns, field="data")
+    doc += cm.format(name="typo", ns=ns, field="datta")
+    repo = make_repo(tmp_path, {"clusters/pool-a/a.yaml": doc})
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    try:
+        for expected_good in (Outcome.CREATED, Outcome.UNCHANGED):
+            r = agent.reconcile()["pool-a"]
+            by_name = {x.key.name: x for x in r.results}
+            assert by_name["good"].outcome is expected_good
+            assert by_name["typo"].outcome is Outcome.FAILED
+            assert ".datta" in by_name["typo"].message and "not declared" in by_name["typo"].message
+            assert r.count(Outcome.PRUNED) == 0
+        assert kubectl(a.kubeconfig, "get", "configmap", "typo", "-n", ns, "--ignore-not-found") == ""
+    finally:
+        agent.close()
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)

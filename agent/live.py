@@ -62,13 +62,13 @@ class LiveState:
 
 
 def read_live(
-client: KubeClient,
-keys: Iterable[ObjectKey],
-crd_kinds: Mapping[GroupKind, bool],
-*,
-concurrency: int,
-inspect: Inspect | None = None,
-keep: Callable[[ObjectKey], bool] | None = None,
+    client: KubeClient,
+    keys: Iterable[ObjectKey],
+    crd_kinds: Mapping[GroupKind, bool],
+    *,
+    concurrency: int,
+    inspect: Inspect | None = None,
+    keep: Callable[[ObjectKey], bool] | None = None,
 ) -> LiveState:
     """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded.
 
@@ -124,6 +124,7 @@ keep: Callable[[ObjectKey], bool] | None = None,
             state.inspected[gk] = got.inspected
     return state
 
+
 def _list(
     client: KubeClient,
     gk: GroupKind,
@@ -151,6 +152,7 @@ def _list(
                 raise
             out.failed[ns] = f"listing {info.kind} in namespace {ns}: {e}"
     return out
+
 
 def _scan(
     client: KubeClient,

@@ -85,7 +85,9 @@ def _install_cleanup() -> None:
     atexit.register(stop_all_started)
     # CI kills a stuck job with SIGTERM, whose default action skips atexit.
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
-            signal.SIG_DFL, None):
+        signal.SIG_DFL,
+        None,
+    ):
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
@@ -172,8 +174,9 @@ class ClusterControl:
         finally:
             self.thaw(cluster)
 
-    def token(self, cluster: LocalCluster, service_account: str, *,
-              cluster_role: str | None = "cluster-admin") -> Path:
+    def token(
+        self, cluster: LocalCluster, service_account: str, *, cluster_role: str | None = "cluster-admin"
+    ) -> Path:
         return localcluster.token(cluster.name, cluster.state_dir, service_account, cluster_role=cluster_role)
 
     def revoke(self, cluster: LocalCluster, service_account: str) -> None:

@@ -39,8 +39,12 @@ def test_objects_written_to_one_cluster_are_not_seen_by_the_other(cluster_pool: 
     a, b = cluster_pool.all
     kubectl(a.kubeconfig, "create", "configmap", "only-in-a", "-n", "default")
     try:
-        assert "NotFound" in localcluster.kubectl(
-            b.kubeconfig, "get", "configmap", "only-in-a", "-n", "default", check=False).stderr
+        assert (
+            "NotFound"
+            in localcluster.kubectl(
+                b.kubeconfig, "get", "configmap", "only-in-a", "-n", "default", check=False
+            ).stderr
+        )
     finally:
         kubectl(a.kubeconfig, "delete", "configmap", "only-in-a", "-n", "default")
 
@@ -53,7 +57,8 @@ def test_starting_a_running_cluster_returns_it_unchanged(cluster_pool: ClusterPo
 
 
 def test_restart_keeps_objects_certificates_and_the_kubeconfig_path(
-        fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl) -> None:
+    fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl
+) -> None:
     cluster = fresh_cluster()
     kubectl(cluster.kubeconfig, "create", "configmap", "survivor", "--from-literal=k=v")
     uid = kubectl(cluster.kubeconfig, "get", "configmap", "survivor", "-o", "jsonpath={.metadata.uid}")
@@ -72,7 +77,8 @@ def test_restart_keeps_objects_certificates_and_the_kubeconfig_path(
 
 
 def test_a_frozen_cluster_hangs_and_answers_again_when_thawed(
-        fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl) -> None:
+    fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl
+) -> None:
     cluster = fresh_cluster()
     with cluster_ctl.frozen(cluster):
         assert localcluster.status(cluster.name, cluster.state_dir).frozen
@@ -82,7 +88,8 @@ def test_a_frozen_cluster_hangs_and_answers_again_when_thawed(
 
 
 def test_stop_works_while_the_cluster_is_frozen(
-        fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl) -> None:
+    fresh_cluster: Callable[[], LocalCluster], cluster_ctl: ClusterControl
+) -> None:
     cluster = fresh_cluster()
     cluster_ctl.freeze(cluster)
     cluster_ctl.stop(cluster)
@@ -94,7 +101,8 @@ def test_stop_works_while_the_cluster_is_frozen(
 
 
 def test_a_service_account_token_works_is_subject_to_rbac_and_fails_with_401_after_revoke(
-        namespace: TestNamespace, cluster_ctl: ClusterControl) -> None:
+    namespace: TestNamespace, cluster_ctl: ClusterControl
+) -> None:
     cluster = namespace.cluster
     admin_sa, plain_sa = f"{namespace.name}/robot", f"{namespace.name}/nobody"
     admin = cluster_ctl.token(cluster, admin_sa)
@@ -117,9 +125,13 @@ def test_namespace_deletion_and_garbage_collection_complete(namespace: TestNames
     kubectl(cfg, "create", "configmap", "owner", "-n", ns)
     owner_uid = kubectl(cfg, "get", "configmap", "owner", "-n", ns, "-o", "jsonpath={.metadata.uid}")
     dependent = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dependent", "namespace": ns, "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dependent",
+            "namespace": ns,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}],
+        },
     }
     localcluster.kubectl(cfg, "apply", "-f", "-", stdin=json.dumps(dependent))
     kubectl(cfg, "delete", "configmap", "owner", "-n", ns)
@@ -143,7 +155,8 @@ def test_a_pool_cluster_a_test_stopped_is_started_again_afterwards(cluster_pool:
 
 
 def test_a_component_that_dies_at_startup_fails_with_the_tail_of_its_log(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clusters.require_control_plane()
     bins = tmp_path / "bin"
     bins.mkdir()
@@ -167,8 +180,9 @@ def test_a_component_that_dies_at_startup_fails_with_the_tail_of_its_log(
     localcluster.delete("broken", tmp_path / "state")
 
 
-def test_a_missing_binary_gives_an_error_naming_the_fix(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_binary_gives_an_error_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GITOPS_AGENT_BIN_DIR", str(tmp_path / "empty"))
     tools.cache_clear()
     try:

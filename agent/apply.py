@@ -41,8 +41,8 @@ class ApplyOptions:
     field_manager: str
     #: Send every request with ``dryRun=All``: the pass changes nothing.
     dry_run: bool = False
-    #: Objects applied at once within a phase (per cluster).
-    concurrency: int = 4
+    #: Objects applied at once within a phase (per cluster); the pass passes the cluster's setting.
+    concurrency: int = 8
     #: Seconds to wait for a CRD applied in this pass to become Established.
     crd_wait: float = 60.0
     #: Re-plans after a 409 before the object is reported failed.

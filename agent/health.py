@@ -35,9 +35,12 @@ from agent.model import ClusterResult, Outcome
 STUCK_AFTER = 120.0  # seconds without a scheduler tick before /healthz fails
 
 #: ``classify(error)`` → the ``reason`` label of ``gitops_agent_reconcile_errors_total``.
+#: First match wins: a TCP connect that timed out is "no answer at all", not a slow answer.
 ERROR_REASONS = (
+    ("connection timed out", "unreachable"),
     ("timed out", "timeout"),
     ("write refused", "fenced"),
+    ("abandoned", "fenced"),
     ("HTTP 401", "unauthorized"),
     ("HTTP 403", "forbidden"),
     ("TLS", "tls"),

@@ -87,8 +87,8 @@ def format_summary(results: list[ClusterResult]) -> str:
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
 )
 @click.option("--once", is_flag=True, help="One pass over every cluster, then exit (0 all ok, 1 any failed).")
-@click.option("--dry-run", is_flag=True, help="Send every write with dryRun=All: change nothing.")
-@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable).")
+@click.option("--dry-run", is_flag=True, help="With --once: every write sent with dryRun=All.")
+@click.option("--cluster", "clusters", multiple=True, help="With --once: only these clusters (repeatable).")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default=None)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def run(
@@ -102,6 +102,11 @@ def run(
     """Reconcile every configured cluster from Git (forever, or --once)."""
     from agent.scheduler import Daemon, Fleet
 
+    if not once and (dry_run or clusters):
+        # The daemon reconciles every configured cluster for real: running it with a flag it
+        # would ignore must not write where the user asked for a dry run or a subset.
+        given = " and ".join(f for f, on in (("--dry-run", dry_run), ("--cluster", bool(clusters))) if on)
+        raise click.UsageError(f"{given} apply to one pass: add --once (the daemon honours neither)")
     cfg = _load(config_file)
     for name in clusters:
         try:

@@ -149,3 +149,24 @@ def test_run_once_prints_a_per_cluster_summary_and_exits_1_when_a_cluster_failed
         assert tool("kubectl").exists()
     finally:
         kubectl(cluster_pool["pool-a"].kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_run_refuses_dry_run_and_cluster_without_once_and_writes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    """Without --once, ``run`` is the daemon, which would apply for real: a --dry-run it cannot
+    honour is refused up front (exit 2), not ignored."""
+    ns = unique("e2e")
+    a = cluster_pool["pool-a"]
+    cfg = write_config(tmp_path, make_repo(tmp_path, app(ns, "hello")), {"pool-a": a})
+    for flags in (["--dry-run"], ["--cluster", "pool-a"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "agent.cli", "run", "--config", cfg.file, *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert f"{flags[0]} apply to one pass: add --once" in out.stderr
+    assert kubectl(a.kubeconfig, "get", "namespace", ns, "--ignore-not-found") == ""

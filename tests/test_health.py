@@ -90,7 +90,7 @@ def test_the_revision_series_of_one_cluster_never_drops_another_clusters() -> No
         ("cluster 'x': GET /api: HTTP 0 : TLS certificate verification failed (wrong CA?)", "tls"),
         ("cluster 'x': GET /api: HTTP 0 : connection refused (is the API server running?)", "unreachable"),
         ("cluster 'x': GET /api: HTTP 0 : connection timed out", "unreachable"),
-        ("cluster 'x': GET /api: HTTP 0 : request timed out (no answer within the request timeout)", "timeout"),
+        ("cluster 'x': GET /api: HTTP 0 : request timed out (no answer)", "timeout"),
         ("cluster 'x': write refused: lease lost", "fenced"),
         ("abandoned: agent shutting down", "fenced"),
         ("render of cluster 'x' failed (1 problem(s)):\n  a.yaml:3: bad", "render"),

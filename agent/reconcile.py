@@ -270,7 +270,7 @@ class ClusterReconciler:
             prune_stage.execute(self.client, decision, self.prune_options(store.id, dry_run))
         )
         if not dry_run:
-            self._narrow(store, inventory, by_key, live, result.results)
+            self._narrow(store, inventory, by_key, live, result.results, decision.gone)
 
     def _memo_reset(self, options: PlanOptions) -> None:
         token = (
@@ -374,10 +374,15 @@ class ClusterReconciler:
         desired: dict[ObjectKey, DesiredObject],
         live: LiveState,
         results: list[ApplyResult],
+        released: set[ObjectKey],
     ) -> None:
-        """Members after this pass: desired plus what could not be removed; UIDs recorded."""
+        """Members after this pass: desired plus what could not be removed; UIDs recorded.
+
+        ``released``: what the prune decision found gone or taken out of the set by hand
+        (membership label removed); neither is ours to track any more.
+        """
         done = {r.key for r in results if r.outcome in (Outcome.PRUNED, Outcome.ORPHANED)}
-        gone = {
+        gone = released | {
             k
             for k in inventory.members
             if k not in desired and not live.found(k) and live.complete.get((k.group, k.kind))

@@ -159,7 +159,7 @@ def decide(
         )
         d.refused = (
             f"mass-deletion brake: {n} deletions ({limit}); approve this exact set with "
-            f"`gitops-agent prune approve --cluster <name> --digest {d.digest}`"
+            f"`gitops-agent prune approve --config <file> --cluster <name> --digest {d.digest}`"
         )
         for c in d.delete:
             d.kept[c.key] = d.refused

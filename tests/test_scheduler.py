@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.localcluster import LocalCluster
-from tests.agentkit import make_repo, unique, write_config
+from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 from tests.test_daemon_kit import (
     HealthWatch,
@@ -54,6 +55,50 @@ def _series(samples: dict, name: str, **labels: str) -> float | None:  # type: i
         if n == name and all((k, val) in lbls for k, val in labels.items()):
             return float(v)
     return None
+
+
+def test_each_cluster_alone_no_new_pass_starts_while_an_abandoned_one_still_waits_for_the_cluster(
+    tmp_path: Path, cluster_ctl: ClusterControl, fresh_cluster
+) -> None:  # type: ignore[no-untyped-def]
+    """A pass abandoned at its deadline may still hold a request to a hung cluster: passes do not
+    pile up behind it (one thread per cluster at most), and once the cluster answers again the
+    abandoned pass's writes are refused and the next pass converges."""
+    frozen: LocalCluster = fresh_cluster()
+    ns = unique("stuck")
+    repo = make_repo(tmp_path, {"clusters/frozen/app.yaml": configmaps(ns, "one")})
+    cfg = tune(
+        write_config(tmp_path, repo, {"frozen": frozen}),
+        listen=False,
+        defaults={"pass_deadline": "2s", "request_timeout": "30s"},
+    )
+    agent = Agent(cfg)
+    try:
+        assert agent.fleet.run_pass("frozen", agent.revision()).ok
+        repo.commit({"clusters/frozen/app.yaml": configmaps(ns, "two")})
+        revision = agent.revision()
+        cluster_ctl.freeze(frozen)
+        t0 = time.monotonic()
+        first = agent.fleet.run_pass("frozen", revision)
+        assert time.monotonic() - t0 < 5
+        assert (first.error or "").startswith("timed out: pass did not finish within 2s")
+        t0 = time.monotonic()
+        second = agent.fleet.run_pass("frozen", revision)
+        assert time.monotonic() - t0 < 1, "a second pass waited on the hung cluster"
+        assert "still waiting for the cluster; no new pass until it returns" in (second.error or "")
+        assert len([t for t in threading.enumerate() if t.name == "pass-frozen"]) == 1
+        cluster_ctl.thaw(frozen)
+        done = wait_for(
+            "a pass after the thaw",
+            lambda: (r := agent.fleet.run_pass("frozen", revision)).ok and r,
+            60,
+            interval=0.5,
+        )
+        assert done.revision == revision.sha
+        cm = json.loads(kubectl(frozen.kubeconfig, "get", "cm", "settings", "-n", ns, "-o", "json"))
+        assert cm["data"]["greeting"] == "two"
+    finally:
+        cluster_ctl.thaw(frozen)
+        agent.close()
 
 
 def test_each_cluster_alone_a_frozen_cluster_times_out_while_the_others_converge_within_one_interval(

@@ -20,8 +20,10 @@ import pytest
 
 from agent import live, localcluster
 from agent.cluster import KubeClient, ResourceInfo
+from agent.errors import ApiError
+from agent.inventory import InventoryStore
 from agent.live import LiveState
-from agent.model import Manifest, Outcome
+from agent.model import Manifest, ObjectKey, Outcome
 from agent.reconcile import ClusterReconciler
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
@@ -45,6 +47,19 @@ def exists(kubeconfig: Path, kind: str, name: str, ns: str) -> bool:
 
 def cleanup(kubeconfig: Path, ns: str) -> None:
     kubectl(kubeconfig, "delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+
+
+def tracked(agent: Agent) -> set[ObjectKey]:
+    """The members of the agent's inventory on pool-a, read from the cluster."""
+    cfg = agent.config
+    client = KubeClient.from_config(cfg.cluster("pool-a"))
+    try:
+        store = InventoryStore(
+            client, name=cfg.agent.name, namespace=cfg.agent.namespace, field_manager=cfg.agent.name
+        )
+        return set(store.load().members)
+    finally:
+        client.close()
 
 
 def test_unknown_is_not_absent_cluster_stopped_mid_pass_prunes_nothing(
@@ -136,27 +151,82 @@ def test_unknown_is_not_absent_forbidden_list_of_one_kind_prunes_nothing(
     secret = (
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {n}\n  namespace: " + ns + "\nstringData:\n  k: v\n"
     )
-    files = configmaps(ns, ["keep"])
     both = {"clusters/pool-a/secrets.yaml": secret.format(n="s1") + "---\n" + secret.format(n="s2")}
-    repo = make_repo(tmp_path, files | both)
+    repo = make_repo(tmp_path, configmaps(ns, ["keep", "dropped"]) | both)
     name = unique("agent")
     admin = Agent(write_config(tmp_path, repo, {"pool-a": a}, agent=name))
+    dropped = ObjectKey("", "ConfigMap", ns, "dropped")
     try:
         assert admin.reconcile()["pool-a"].ok
-        repo.commit(files | {"clusters/pool-a/secrets.yaml": secret.format(n="s1")})
+        # A Secret and a ConfigMap leave Git. The ConfigMaps are listed completely and "dropped"
+        # is ours: only the refusal of every deletion while any listing is incomplete keeps it.
+        repo.commit(configmaps(ns, ["keep"]) | {"clusters/pool-a/secrets.yaml": secret.format(n="s1")})
         restricted = Agent(write_config(tmp_path, repo, {"pool-a": limited}, agent=name))
         result = restricted.reconcile()["pool-a"]
         restricted.close()
         assert result.prune_refused and "Secret" in result.prune_refused
+        assert "unknown is not absent" in result.prune_refused
         assert result.count(Outcome.PRUNED) == 0
         assert exists(a.kubeconfig, "secret", "s2", ns)
+        assert exists(a.kubeconfig, "configmap", "dropped", ns)
+        assert dropped in tracked(admin)
 
         healed = admin.reconcile()["pool-a"]
-        assert healed.ok and healed.count(Outcome.PRUNED) == 1
+        assert healed.ok and healed.count(Outcome.PRUNED) == 2
         assert not exists(a.kubeconfig, "secret", "s2", ns)
+        assert not exists(a.kubeconfig, "configmap", "dropped", ns)
+        assert dropped not in tracked(admin)
     finally:
         admin.close()
         kubectl(a.kubeconfig, "delete", "clusterrole", role, check=False)
+        cleanup(a.kubeconfig, ns)
+
+
+def test_unknown_is_not_absent_a_listing_that_fails_for_one_kind_prunes_nothing_of_any_kind(
+    tmp_path: Path, cluster_pool: ClusterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the LIST of Secrets fails (a 500, not a cluster-level fault: the pass goes on, applies,
+    # and the DELETE of a ConfigMap would succeed). A ConfigMap that left Git is listed completely,
+    # so nothing but the refusal of every deletion on an incomplete listing keeps it.
+    a = cluster_pool["pool-a"]
+    ns = unique("guard")
+    secret = f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: s1\n  namespace: {ns}\nstringData:\n  k: v\n"
+    files = {"clusters/pool-a/secrets.yaml": secret}
+    repo = make_repo(tmp_path, configmaps(ns, ["keep", "gone"]) | files)
+    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, agent=unique("agent")))
+    gone = ObjectKey("", "ConfigMap", ns, "gone")
+    try:
+        assert agent.reconcile()["pool-a"].ok
+        repo.commit(configmaps(ns, ["keep"]) | files)
+
+        original = KubeClient.scan
+
+        def secrets_fail(
+            self: KubeClient, info: ResourceInfo, on_item: Callable[[Manifest], None], **kw: Any
+        ) -> tuple[bool, str]:
+            if info.kind != "Secret":
+                return original(self, info, on_item, **kw)
+            where = info.base_path(kw.get("namespace"))
+            raise ApiError(self.name, 500, "etcdserver: request timed out", verb="GET", target=where)
+
+        monkeypatch.setattr(KubeClient, "scan", secrets_fail)
+        result = agent.reconcile()["pool-a"]
+        monkeypatch.undo()
+
+        assert result.prune_refused and "Secret" in result.prune_refused
+        assert "unknown is not absent" in result.prune_refused
+        assert result.count(Outcome.PRUNED) == 0
+        by_key = {r.key: r for r in result.results}
+        assert by_key[gone].outcome is Outcome.PRUNE_SKIPPED, by_key[gone]
+        assert exists(a.kubeconfig, "configmap", "gone", ns)
+        assert gone in tracked(agent)
+
+        healed = agent.reconcile()["pool-a"]
+        assert healed.ok and healed.count(Outcome.PRUNED) == 1
+        assert not exists(a.kubeconfig, "configmap", "gone", ns)
+        assert gone not in tracked(agent)
+    finally:
+        agent.close()
         cleanup(a.kubeconfig, ns)
 
 

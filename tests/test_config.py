@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, load_config
+from agent.config import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, ConflictRule, load_config
 from agent.errors import ConfigError
 from agent.tomlreader import parse_duration
 
@@ -33,6 +33,17 @@ kubeconfig = "kc"
 path = "clusters/a"
 """
 
+#: Invariant 5 (DESIGN.md) and docs/configuration.md, in order: yield to anything writing through
+#: `scale` and to kube-controller-manager; force over kubectl, kubectl-*, before-first-apply, velero*.
+DOCUMENTED_CONFLICT_RULES = (
+    ConflictRule(manager="*", operation="*", subresource="scale", action="yield"),
+    ConflictRule(manager="kube-controller-manager", operation="*", subresource="*", action="yield"),
+    ConflictRule(manager="kubectl", operation="*", subresource="*", action="force"),
+    ConflictRule(manager="kubectl-*", operation="*", subresource="*", action="force"),
+    ConflictRule(manager="before-first-apply", operation="*", subresource="*", action="force"),
+    ConflictRule(manager="velero*", operation="*", subresource="*", action="force"),
+)
+
 
 def test_minimal_config_gets_the_design_defaults(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, GOOD))
@@ -43,7 +54,8 @@ def test_minimal_config_gets_the_design_defaults(tmp_path: Path) -> None:
     assert (s.max_prune_fraction, s.brake_min_inventory, s.max_prune) == (0.5, 10, None)
     assert (s.adopt, s.default_namespace) == ("if-unowned", "default")
     assert (s.connect_timeout, s.request_timeout, s.pass_deadline) == (5, 30, 300)
-    assert cfg.conflict_rules == DEFAULT_CONFLICT_RULES
+    assert cfg.conflict_rules == DOCUMENTED_CONFLICT_RULES
+    assert DEFAULT_CONFLICT_RULES == DOCUMENTED_CONFLICT_RULES, "the constant other tests plan with"
     assert cfg.field_manager(cfg.clusters[0]) == "gitops-agent"
     assert cfg.clusters[0].kubeconfig == str((tmp_path / "kc").resolve())
 
@@ -71,7 +83,7 @@ def test_example_config_loads_and_documents_every_default(tmp_path: Path) -> Non
     )
     cfg = load_config(write(tmp_path, text))
     assert [c.name for c in cfg.clusters] == ["prod-eu", "mgmt"]
-    assert cfg.conflict_rules == DEFAULT_CONFLICT_RULES
+    assert cfg.conflict_rules == DOCUMENTED_CONFLICT_RULES
     # The [defaults] table of the example states exactly the loader's defaults.
     mgmt = cfg.cluster("mgmt").settings
     assert mgmt == ClusterSettings()

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import structlog
+import structlog.testing
+
+from agent import events
+from agent.config import load_config
+from agent.fleet import Fleet
 from agent.masking import LAST_APPLIED, MASK, MASK_AFTER, MASK_BEFORE, mask_pair, mask_secret, mask_value
+from agent.model import ApplyResult, ClusterResult, ObjectKey, Outcome
 
 SECRET: dict[str, Any] = {
     "apiVersion": "v1",
@@ -40,3 +49,49 @@ def test_other_kinds_and_paths_are_left_alone() -> None:
     assert mask_value(("f:data", "f:a"), "b", secret=False) == "b"
     assert mask_value(("f:data", "f:a"), "b", secret=True) == MASK
     assert mask_value(("f:type",), "Opaque", secret=True) == "Opaque"
+
+
+# ---------------------------------------------------------------------------
+# Invariant 11 beyond plans: a failed Secret's server message (which may quote a value) reaches
+# neither the Kubernetes Events nor the agent's per-object log lines.
+
+SECRET_VALUE = "hunter2-xyzzy"
+SECRET_KEY = ObjectKey("", "Secret", "ns", "s")
+
+
+def _failed_secret() -> ApplyResult:
+    return ApplyResult(
+        SECRET_KEY,
+        Outcome.FAILED,
+        status=422,
+        message=f'Secret "s" is invalid: data[password]: Invalid value: "{SECRET_VALUE}": too long',
+    )
+
+
+def _result(*results: ApplyResult) -> ClusterResult:
+    return ClusterResult("a", "0123456789abcdef0123", results=list(results))
+
+
+def test_an_event_for_a_failed_secret_carries_the_status_not_the_servers_message() -> None:
+    secret = _failed_secret()
+    configmap = replace(secret, key=ObjectKey("", "ConfigMap", "ns", "c"))
+    assert events.message_for(secret) == "Secret/ns/s: HTTP 422"
+    # The same message for any other kind is passed on: the Secret is what makes the difference.
+    assert SECRET_VALUE in events.message_for(configmap)
+
+
+def test_the_fleets_per_object_log_line_for_a_failed_secret_does_not_quote_its_value(tmp_path: Path) -> None:
+    (tmp_path / "kc").write_text("apiVersion: v1\nkind: Config\n")
+    (tmp_path / "agent.toml").write_text(
+        '[source]\nurl = "https://git.example.com/fleet.git"\n\n'
+        '[[clusters]]\nname = "a"\nkubeconfig = "kc"\npath = "clusters/a"\n'
+    )
+    fleet = Fleet(load_config(tmp_path / "agent.toml"), emit_events=False)
+    configmap = replace(_failed_secret(), key=ObjectKey("", "ConfigMap", "ns", "c"))
+    with structlog.testing.capture_logs() as logs:
+        fleet.record(_result(_failed_secret(), configmap))
+    lines = [e for e in logs if e["event"] == "object failed"]
+    assert [e["object"] for e in lines] == ["Secret/ns/s", "ConfigMap/ns/c"]
+    assert lines[0]["log_level"] == "warning" and "HTTP 422" in lines[0]["detail"]
+    assert SECRET_VALUE in lines[1]["detail"], "a ConfigMap's message is logged: the check below can fail"
+    assert SECRET_VALUE not in repr([e for e in logs if e is not lines[1]])

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import plan as plan_module
-from agent.config import DEFAULT_CONFLICT_RULES
+from agent.config import DEFAULT_CONFLICT_RULES, ConflictRule
 from agent.expected import for_report
 from agent.fields import (
     decode_fields_v1,
@@ -367,3 +367,30 @@ def test_a_long_list_of_changed_paths_is_truncated() -> None:
 
     assert name_list([f"data.k{i}" for i in range(10)]) == "data.k0, data.k1, data.k2, data.k3 and 6 more"
     assert name_list(["x" * 150, "y" * 150]) == "x" * 150 + " and 1 more"
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "resolution"),
+    [("yield", "force", "yield"), ("force", "yield", "force")],
+    ids=["yield-then-force", "force-then-yield"],
+)
+def test_the_first_matching_conflict_rule_decides(first: str, then: str, resolution: str) -> None:
+    # kubectl-edit (Update, no subresource) owns the image Git changes back; both rules match it.
+    spec = yaml.safe_load((FIXTURES / "update-kubectl-drift-forced.yaml").read_text())
+    desired = copy.deepcopy(spec["desired"])
+    desired["spec"]["replicas"] = 4  # ours, uncontested: the body is sent either way
+    rules = (
+        ConflictRule(manager="kubectl-edit", operation="Update", action=first),
+        ConflictRule(manager="kubectl-*", action=then),
+    )
+    options = PlanOptions(MANAGER, rules, SCHEMA)
+    change = plan_object(DesiredObject(desired, Provenance("d.yaml")), spec["live"], options)
+
+    image = "spec.template.spec.containers[name=app].image"
+    assert [(render_path(c.path), c.manager, c.resolution.value) for c in change.conflicts] == [
+        (image, "kubectl-edit", resolution)
+    ], change
+    assert change.action is Action.UPDATE and change.body is not None, change
+    assert change.body["spec"]["replicas"] == 4
+    assert change.force is (resolution == "force"), change
+    assert (image in _paths(change.body)) is (resolution == "force"), change.body

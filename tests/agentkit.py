@@ -14,10 +14,12 @@ from textwrap import dedent
 
 import yaml
 
+from agent.cluster import KubeClient
 from agent.config import Config, load_config
 from agent.demo import commit_directory
+from agent.inventory import InventoryStore
 from agent.localcluster import LocalCluster
-from agent.model import ClusterResult, Outcome, Revision
+from agent.model import ClusterResult, ObjectKey, Outcome, Revision
 from agent.scheduler import Fleet
 from agent.source import GitSource
 
@@ -106,6 +108,15 @@ class Agent:
 
     def reconcile(self, *, dry_run: bool = False) -> dict[str, ClusterResult]:
         return {r.cluster: r for r in self.fleet.reconcile_all(self.revision(), dry_run=dry_run)}
+
+    def tracked(self, cluster: str = "pool-a") -> set[ObjectKey]:
+        """The members of this agent's inventory on ``cluster``, read from the cluster."""
+        client = KubeClient.from_config(self.config.cluster(cluster))
+        try:
+            name, ns = self.config.agent.name, self.config.agent.namespace
+            return set(InventoryStore(client, name=name, namespace=ns, field_manager=name).load().members)
+        finally:
+            client.close()
 
     def close(self) -> None:
         self.fleet.close()

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from agent import localcluster
-from agent.cluster import KubeClient
-from agent.inventory import PART_OF, InventoryStore
+from agent.inventory import PART_OF
 from agent.model import ObjectKey, Outcome
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
@@ -114,19 +113,6 @@ def test_drift_versus_cooperation_kubectl_edit_of_a_declared_field_is_reverted_a
         kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
 
 
-def tracked(agent: Agent) -> set[ObjectKey]:
-    """The members of the agent's inventory on pool-a, read from the cluster."""
-    cfg = agent.config
-    client = KubeClient.from_config(cfg.cluster("pool-a"))
-    try:
-        store = InventoryStore(
-            client, name=cfg.agent.name, namespace=cfg.agent.namespace, field_manager=cfg.agent.name
-        )
-        return set(store.load().members)
-    finally:
-        client.close()
-
-
 def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(
     tmp_path: Path, cluster_pool: ClusterPool
 ) -> None:
@@ -167,7 +153,7 @@ def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(
         # Nothing is tracked after the agent stops owning it: later passes leave it alone.
         r2 = agent.reconcile()["pool-a"]
         assert "kept" not in {x.key.name for x in r2.results}
-        assert ObjectKey("", "ConfigMap", ns, "kept") not in tracked(agent)
+        assert ObjectKey("", "ConfigMap", ns, "kept") not in agent.tracked()
         assert (
             get(a.kubeconfig, "configmap", "kept", "-n", ns)["metadata"]["uid"] == before["metadata"]["uid"]
         )
@@ -274,7 +260,7 @@ def test_ownership_ends_on_purpose_an_object_taken_out_of_the_set_by_hand_is_kep
     released = ObjectKey("", "ConfigMap", ns, "released")
     try:
         assert agent.reconcile()["pool-a"].ok
-        assert released in tracked(agent)
+        assert released in agent.tracked()
         uid = get(a.kubeconfig, "configmap", "released", "-n", ns)["metadata"]["uid"]
         kubectl(a.kubeconfig, "label", "configmap", "released", "-n", ns, f"{PART_OF}-")
         repo.commit({"clusters/pool-a/x.yaml": "\n---\n".join([namespace_doc(ns), docs["stays"]])})
@@ -282,7 +268,7 @@ def test_ownership_ends_on_purpose_an_object_taken_out_of_the_set_by_hand_is_kep
         assert r.ok, r.error
         assert r.count(Outcome.PRUNED) == 0 and r.prune_refused is None
         assert get(a.kubeconfig, "configmap", "released", "-n", ns)["metadata"]["uid"] == uid
-        members = tracked(agent)
+        members = agent.tracked()
         assert released not in members and ObjectKey("", "ConfigMap", ns, "stays") in members
     finally:
         agent.close()

@@ -21,7 +21,6 @@ import pytest
 from agent import live, localcluster
 from agent.cluster import KubeClient, ResourceInfo
 from agent.errors import ApiError
-from agent.inventory import InventoryStore
 from agent.live import LiveState
 from agent.model import Manifest, ObjectKey, Outcome
 from agent.reconcile import ClusterReconciler
@@ -47,19 +46,6 @@ def exists(kubeconfig: Path, kind: str, name: str, ns: str) -> bool:
 
 def cleanup(kubeconfig: Path, ns: str) -> None:
     kubectl(kubeconfig, "delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
-
-
-def tracked(agent: Agent) -> set[ObjectKey]:
-    """The members of the agent's inventory on pool-a, read from the cluster."""
-    cfg = agent.config
-    client = KubeClient.from_config(cfg.cluster("pool-a"))
-    try:
-        store = InventoryStore(
-            client, name=cfg.agent.name, namespace=cfg.agent.namespace, field_manager=cfg.agent.name
-        )
-        return set(store.load().members)
-    finally:
-        client.close()
 
 
 def test_unknown_is_not_absent_cluster_stopped_mid_pass_prunes_nothing(
@@ -169,13 +155,13 @@ def test_unknown_is_not_absent_forbidden_list_of_one_kind_prunes_nothing(
         assert result.count(Outcome.PRUNED) == 0
         assert exists(a.kubeconfig, "secret", "s2", ns)
         assert exists(a.kubeconfig, "configmap", "dropped", ns)
-        assert dropped in tracked(admin)
+        assert dropped in admin.tracked()
 
         healed = admin.reconcile()["pool-a"]
         assert healed.ok and healed.count(Outcome.PRUNED) == 2
         assert not exists(a.kubeconfig, "secret", "s2", ns)
         assert not exists(a.kubeconfig, "configmap", "dropped", ns)
-        assert dropped not in tracked(admin)
+        assert dropped not in admin.tracked()
     finally:
         admin.close()
         kubectl(a.kubeconfig, "delete", "clusterrole", role, check=False)
@@ -219,12 +205,12 @@ def test_unknown_is_not_absent_a_listing_that_fails_for_one_kind_prunes_nothing_
         by_key = {r.key: r for r in result.results}
         assert by_key[gone].outcome is Outcome.PRUNE_SKIPPED, by_key[gone]
         assert exists(a.kubeconfig, "configmap", "gone", ns)
-        assert gone in tracked(agent)
+        assert gone in agent.tracked()
 
         healed = agent.reconcile()["pool-a"]
         assert healed.ok and healed.count(Outcome.PRUNED) == 1
         assert not exists(a.kubeconfig, "configmap", "gone", ns)
-        assert gone not in tracked(agent)
+        assert gone not in agent.tracked()
     finally:
         agent.close()
         cleanup(a.kubeconfig, ns)

@@ -57,6 +57,45 @@ def _series(samples: dict, name: str, **labels: str) -> float | None:  # type: i
     return None
 
 
+def test_each_cluster_alone_a_pass_hung_for_its_whole_deadline_does_not_delay_another_cluster(
+    tmp_path: Path, cluster_pool: ClusterPool, cluster_ctl: ClusterControl, fresh_cluster
+) -> None:  # type: ignore[no-untyped-def]
+    """The frozen cluster's pass may hang for 120 s, far longer than this test waits: the other
+    cluster converging meanwhile shows they share no thread, executor or connection pool."""
+    frozen: LocalCluster = fresh_cluster()
+    # The frozen cluster first: a shared worker would take its pass before pool-a's.
+    targets = {"frozen": frozen, "pool-a": cluster_pool["pool-a"]}
+    ns = unique("hung")
+    repo = make_repo(tmp_path, {f"clusters/{n}/app.yaml": configmaps(ns, "one") for n in targets})
+    cfg = tune(
+        write_config(tmp_path, repo, targets),
+        defaults={"reconcile_interval": "60s", "pass_deadline": "120s", "request_timeout": "90s"},
+    )
+    daemon = start_daemon(cfg, backoff_base=1.0, backoff_cap=4.0)
+    try:
+        for n in targets:
+            wait_for(f"{n} ok", lambda n=n: cluster_status(cfg, n)["state"] == "ok", 60)
+        cluster_ctl.freeze(frozen)
+        sha = repo.commit({f"clusters/{n}/app.yaml": configmaps(ns, "two") for n in targets})
+        wait_for("frozen's pass started", lambda: cluster_status(cfg, "frozen")["state"] == "running", 15)
+        wait_for(
+            "pool-a at the new revision",
+            lambda: cluster_status(cfg, "pool-a")["last_success_revision"] == sha,
+            15,
+        )
+        assert cluster_status(cfg, "frozen")["state"] == "running", "the frozen cluster's pass ended early"
+        cluster_ctl.thaw(frozen)
+        wait_for(
+            "frozen at the new revision after the thaw",
+            lambda: cluster_status(cfg, "frozen")["last_success_revision"] == sha,
+            60,
+        )
+    finally:
+        cluster_ctl.thaw(frozen)
+        daemon.stop(grace=2)
+        kubectl(cluster_pool["pool-a"].kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
 def test_each_cluster_alone_no_new_pass_starts_while_an_abandoned_one_still_waits_for_the_cluster(
     tmp_path: Path, cluster_ctl: ClusterControl, fresh_cluster
 ) -> None:  # type: ignore[no-untyped-def]

@@ -110,16 +110,20 @@ class Agent:
         return {r.cluster: r for r in self.fleet.reconcile_all(self.revision(), dry_run=dry_run)}
 
     def tracked(self, cluster: str = "pool-a") -> set[ObjectKey]:
-        """The members of this agent's inventory on ``cluster``, read from the cluster."""
-        client = KubeClient.from_config(self.config.cluster(cluster))
-        try:
-            name, ns = self.config.agent.name, self.config.agent.namespace
-            return set(InventoryStore(client, name=name, namespace=ns, field_manager=name).load().members)
-        finally:
-            client.close()
+        return tracked(self.config, cluster)
 
     def close(self) -> None:
         self.fleet.close()
+
+
+def tracked(config: Config, cluster: str = "pool-a") -> set[ObjectKey]:
+    """The members of the inventory ``config``'s agent keeps on ``cluster``, read from the cluster."""
+    client = KubeClient.from_config(config.cluster(cluster))
+    try:
+        name, ns = config.agent.name, config.agent.namespace
+        return set(InventoryStore(client, name=name, namespace=ns, field_manager=name).load().members)
+    finally:
+        client.close()
 
 
 def outcomes(result: ClusterResult) -> dict[str, str]:

@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 
 from agent import localcluster
-from agent.cluster import KubeClient
 from agent.config import load_config
-from agent.inventory import PART_OF, InventoryStore, applyset_id
+from agent.inventory import PART_OF, applyset_id
 from agent.model import Outcome
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import Agent, make_repo, tracked, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 from tests.test_daemon_kit import configmaps, free_port, status, tune, wait_for
 
@@ -229,14 +228,7 @@ def test_crash_safe_sigterm_in_the_middle_of_a_pass_exits_within_grace_and_leave
             a, "GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector={selector}"
         )
         applied = {i["metadata"]["name"] for i in body["items"]}
-        client = KubeClient.from_config(cfg.cluster("pool-a"))
-        try:
-            inv = InventoryStore(
-                client, name=cfg.agent.name, namespace=cfg.agent.namespace, field_manager=cfg.agent.name
-            ).load()
-        finally:
-            client.close()
-        members = {k.name for k in inv.members if k.kind == "ConfigMap" and k.namespace == ns}
+        members = {k.name for k in tracked(cfg) if k.kind == "ConfigMap" and k.namespace == ns}
         print(
             f"\nMEASURED SIGTERM mid-pass: exited after {exited:.2f}s (grace {grace}s), "
             f"{len(applied)}/{n} applied, all {len(members)} desired tracked"

@@ -5,4 +5,10 @@ stage; ``reconcile`` sequences them for one cluster and ``scheduler`` runs one
 reconcile job per cluster. See docs/architecture.md.
 """
 
+from agent import logs as _logs
+
 __version__ = "0.1.0"
+
+# Before any module logs: structlog's out-of-the-box logger writes to stdout, which holds
+# only a command's product (`render | kubectl apply -f -`).
+_logs.default_to_stderr()

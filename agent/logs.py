@@ -1,16 +1,42 @@
-"""Structured logging setup (structlog), console or JSON, chosen by config or flag.
+"""Structured logging setup (structlog), console or JSON, always on standard error.
 
-Called once by the CLI. Stages log with bound fields (cluster, revision,
-object); secrets never reach a log call because plans are masked where they
-are made (``masking``) and URLs are masked by ``source``.
+Standard output holds only a command's product (YAML, a report, a table), so
+that ``gitops-agent render ... | kubectl apply -f -`` gets nothing else:
+importing ``agent`` points structlog's default logger (stdout out of the box)
+at stderr before anything is configured (``default_to_stderr``), and
+``configure`` (called by the CLI group for every command, then again by a
+command once it knows its config) keeps it there. Stages log with bound
+fields (cluster, revision, object); secrets never reach a log call because
+plans are masked where they are made (``masking``) and URLs are masked by
+``source``.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO, cast
 
 import structlog
+
+
+class _Stderr:
+    """``sys.stderr`` looked up at each write: click's test runner and pytest swap it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+STDERR = cast(TextIO, _Stderr())
+
+
+def default_to_stderr() -> None:
+    """Unless the embedding application configured structlog, its default logger writes to stderr."""
+    if not structlog.is_configured():
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=STDERR))
 
 
 def configure(fmt: str = "console", level: str = "info") -> None:
@@ -28,6 +54,6 @@ def configure(fmt: str = "console", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=STDERR),
         cache_logger_on_first_use=False,
     )

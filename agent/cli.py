@@ -3,6 +3,8 @@
 Commands are thin: they load the config (exit 2 on any config error, before
 any cluster is touched), build the stages and print results. Exit codes:
 0 success, 1 some cluster or object failed, 2 bad input or configuration.
+Standard output holds only a command's product (YAML, a report, a table); the
+group sets up logging on stderr for every command (``cli_common``).
 """
 
 from __future__ import annotations
@@ -13,35 +15,26 @@ from pathlib import Path
 import click
 
 from agent import __version__
-from agent.config import Config, load_config
-from agent.errors import AgentError, ConfigError, LocalClusterError, RenderError, SourceError
+from agent.cli_common import EXIT_FAILED, EXIT_USAGE, configure_logging, load
+from agent.config import Config
+from agent.errors import AgentError, LocalClusterError, RenderError, SourceError
 from agent.model import ClusterResult, Outcome
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-def _load(config_file: str) -> Config:
-    try:
-        return load_config(config_file)
-    except ConfigError as e:
-        click.echo(f"config error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
-
-
-def _setup_logging(cfg: Config | None, log_format: str | None, level: str | None) -> None:
-    from agent import logs
-
-    logs.configure(
-        log_format or (cfg.agent.log_format if cfg else "console"),
-        level or (cfg.agent.log_level if cfg else "info"),
-    )
+_LOG_FORMATS = click.Choice(["console", "json"])
+_LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gitops-agent")
-def main() -> None:
+@click.option(
+    "--log-format", type=_LOG_FORMATS, default=None, help="Logs (on stderr) of any command; default [agent]."
+)
+@click.option("--log-level", type=_LOG_LEVELS, default=None, help="Of any command; default [agent].")
+def main(log_format: str | None, log_level: str | None) -> None:
     """Pull-based GitOps agent: render Git per cluster, diff by field owner, apply with server-side apply."""
+    # Before the command runs, so nothing it logs can reach stdout; commands refine the
+    # settings from their config (`configure_logging` reads these flags back from the root).
+    configure_logging()
 
 
 # -- run ------------------------------------------------------------------------
@@ -89,8 +82,8 @@ def format_summary(results: list[ClusterResult]) -> str:
 @click.option("--once", is_flag=True, help="One pass over every cluster, then exit (0 all ok, 1 any failed).")
 @click.option("--dry-run", is_flag=True, help="With --once: every write sent with dryRun=All.")
 @click.option("--cluster", "clusters", multiple=True, help="With --once: only these clusters (repeatable).")
-@click.option("--log-format", type=click.Choice(["console", "json"]), default=None)
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option("--log-format", type=_LOG_FORMATS, default=None)
+@click.option("--log-level", type=_LOG_LEVELS, default=None)
 def run(
     config_file: str,
     once: bool,
@@ -107,14 +100,9 @@ def run(
         # would ignore must not write where the user asked for a dry run or a subset.
         given = " and ".join(f for f, on in (("--dry-run", dry_run), ("--cluster", bool(clusters))) if on)
         raise click.UsageError(f"{given} apply to one pass: add --once (the daemon honours neither)")
-    cfg = _load(config_file)
-    for name in clusters:
-        try:
-            cfg.cluster(name)
-        except ConfigError as e:
-            click.echo(f"config error: {e}", err=True)
-            sys.exit(EXIT_USAGE)
-    _setup_logging(cfg, log_format, log_level)
+    # One pass takes no Lease; the daemon does (from the management cluster).
+    cfg = load(config_file, clusters, access=True, management=not once)
+    configure_logging(cfg, log_format=log_format, log_level=log_level)
     source = _source(cfg)
     fleet = Fleet(cfg)
     if not once:
@@ -146,16 +134,13 @@ def run(
     help="Root of a local checkout to render instead of fetching (e.g. a PR's working tree).",
 )
 def render_cmd(config_file: str, cluster_name: str, revision: str | None, tree: str | None) -> None:
-    """Print the rendered YAML stream of one cluster (deterministic)."""
+    """Print the rendered YAML stream of one cluster (deterministic; needs no cluster access)."""
     from agent.reconcile import render_spec
     from agent.render import dump_stream, render
 
-    cfg = _load(config_file)
-    try:
-        cluster = cfg.cluster(cluster_name)
-    except ConfigError as e:
-        click.echo(f"config error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+    cfg = load(config_file, [cluster_name])
+    configure_logging(cfg)
+    cluster = cfg.cluster(cluster_name)
     if revision and tree:
         raise click.UsageError("give --revision or --path, not both")
     try:
@@ -194,12 +179,9 @@ def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
     from agent.inventory import PRUNE_APPROVAL, InventoryStore
     from agent.reconcile import ClusterReconciler
 
-    cfg = _load(config_file)
-    try:
-        cluster = cfg.cluster(cluster_name)
-    except ConfigError as e:
-        click.echo(f"config error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+    cfg = load(config_file, [cluster_name], access=True)
+    configure_logging(cfg)
+    cluster = cfg.cluster(cluster_name)
     if not digest.isalnum():
         raise click.BadParameter("a digest is hexadecimal, as printed by the refusal", param_hint="--digest")
     rec = ClusterReconciler(cfg, cluster)
@@ -294,7 +276,7 @@ def demo(state_dir: str, keep: bool) -> None:
     """Two local clusters, a sample repo, a reconcile, a new commit, another reconcile."""
     from agent import demo as demo_mod
 
-    _setup_logging(None, None, "warning")
+    configure_logging(quiet=True)
     try:
         ok = demo_mod.run_demo(Path(state_dir).expanduser(), keep=keep, echo=click.echo)
     except AgentError as e:

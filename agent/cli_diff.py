@@ -15,7 +15,6 @@ could not be planned; the report is still written when there is one).
 
 from __future__ import annotations
 
-import logging
 import sys
 import tempfile
 import threading
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import click
-import structlog
 
+from agent.cli_common import configure_logging, load
 from agent.report_model import EXIT_ERROR, ClusterReport, Report
 
 FORMATS = ("text", "markdown", "json")
@@ -54,26 +53,6 @@ class TerminalProgress:
             if done == len(self.state):
                 self.stream.write("\n")
             self.stream.flush()
-
-
-class _Stderr:
-    """``sys.stderr`` looked up at each write (click's test runner swaps it)."""
-
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
-
-    def flush(self) -> None:
-        sys.stderr.flush()
-
-
-def _quiet_logs() -> None:
-    """Stages log with structlog; keep stdout for the report and only warnings on stderr."""
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=False,
-    )
 
 
 def _fail(message: str) -> NoReturn:
@@ -134,9 +113,8 @@ def diff(
 
     Exit 0: no differences; 1: differences; 2: an error (the report still says where).
     """
-    from agent.config import Config, load_config
-    from agent.diff_offline import load_offline_config
-    from agent.errors import ConfigError, SourceError
+    from agent.config import Config
+    from agent.errors import SourceError
 
     if offline:
         if revision or tree:
@@ -151,15 +129,12 @@ def diff(
             raise click.UsageError("live mode needs --config (or use --offline --repo --base --head)")
         if revision and tree:
             raise click.UsageError("give --revision or --path, not both")
-    _quiet_logs()
     cfg: Config | None = None
     if config_file:
-        try:
-            cfg = load_offline_config(config_file) if offline else load_config(config_file)
-            for name in clusters:
-                cfg.cluster(name)
-        except ConfigError as e:
-            _fail(f"config error: {e}")
+        # Offline mode never connects: a CI runner without the kubeconfigs the config names is fine.
+        cfg = load(config_file, clusters, access=not offline)
+    # Warnings only: stdout holds the report, stderr the progress line.
+    configure_logging(cfg, quiet=True)
     try:
         if offline:
             report = _offline(cfg, repo or "", base_ref or "", head_ref or "", clusters)

@@ -8,6 +8,9 @@ there. ``sync`` asks the running agent (``POST /sync?cluster=NAME`` on
 ``[agent] listen``) for a pass now; when no agent answers there it runs one
 pass itself (taking the cluster's Lease first when Leases are configured).
 ``status`` prints the per-cluster table of the running agent's ``/status``.
+Only what reaches a cluster from this process needs its kubeconfig to exist
+(``cli_common.require_access``): ``status`` and a ``sync`` the agent takes
+work from a machine without them.
 Exit codes as ``cli``: 0 ok, 1 failed, 2 bad input or configuration.
 """
 
@@ -23,24 +26,14 @@ from typing import Any
 
 import click
 
-from agent.config import ClusterConfig, Config, load_config
-from agent.errors import AgentError, ApiError, ConfigError
+from agent.cli_common import EXIT_FAILED, EXIT_USAGE, configure_logging, load, require_access
+from agent.config import ClusterConfig, Config
+from agent.errors import AgentError, ApiError
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 _config = click.option(
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
 )
 _cluster = click.option("--cluster", "cluster_name", required=True, help="Cluster name from the config.")
-
-
-def _load(config_file: str, cluster_name: str | None = None) -> tuple[Config, ClusterConfig | None]:
-    try:
-        cfg = load_config(config_file)
-        return cfg, cfg.cluster(cluster_name) if cluster_name else None
-    except ConfigError as e:
-        click.echo(f"config error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
 
 
 def agent_url(cfg: Config) -> str:
@@ -99,10 +92,10 @@ def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool) -> str:
 
 
 def _suspend_or_resume(config_file: str, cluster_name: str, suspended: bool) -> None:
-    cfg, cluster = _load(config_file, cluster_name)
-    assert cluster is not None
+    cfg = load(config_file, [cluster_name], access=True)
+    configure_logging(cfg)
     try:
-        said = set_suspended(cfg, cluster, suspended)
+        said = set_suspended(cfg, cfg.cluster(cluster_name), suspended)
     except AgentError as e:
         click.echo(f"{cluster_name}: {e}", err=True)
         sys.exit(EXIT_FAILED)
@@ -139,7 +132,8 @@ def resume(config_file: str, cluster_name: str) -> None:
 @click.option("--local", is_flag=True, help="Do not ask a running agent: run the pass in this process.")
 def sync(config_file: str, cluster_name: str, local: bool) -> None:
     """Reconcile a cluster now: via the running agent, or one pass here when none answers."""
-    cfg, _ = _load(config_file, cluster_name)
+    cfg = load(config_file, [cluster_name])
+    configure_logging(cfg)
     url = agent_url(cfg)
     if url and not local:
         try:
@@ -154,6 +148,9 @@ def sync(config_file: str, cluster_name: str, local: bool) -> None:
                 return
             click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)
             sys.exit(EXIT_FAILED)
+    # The running agent reaches the cluster with its own files; a pass here needs them (and the
+    # management cluster's, for the Lease).
+    require_access(cfg, [cluster_name], management=True)
     sys.exit(_one_pass(cfg, cluster_name))
 
 
@@ -227,7 +224,8 @@ def format_status(doc: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
 def status(config_file: str, as_json: bool) -> None:
     """Per-cluster state of the running agent (its /status endpoint)."""
-    cfg, _ = _load(config_file)
+    cfg = load(config_file)  # only asks the running agent: no cluster access needed
+    configure_logging(cfg)
     url = agent_url(cfg)
     if not url:
         click.echo("config error: [agent] listen is empty; the agent serves no status", err=True)

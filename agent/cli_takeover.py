@@ -14,12 +14,9 @@ from pathlib import Path
 
 import click
 
-from agent.config import load_config
-from agent.errors import AgentError, ConfigError
+from agent.cli_common import EXIT_FAILED, configure_logging, load
+from agent.errors import AgentError
 from agent.model import Outcome
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 @click.command("takeover")
@@ -40,12 +37,9 @@ def takeover(config_file: str, cluster_name: str, managers: tuple[str, ...], do_
     from agent.source import GitSource
     from agent.takeover import describe, run_takeover
 
-    try:
-        cfg = load_config(config_file)
-        cluster = cfg.cluster(cluster_name)
-    except ConfigError as e:
-        click.echo(f"config error: {e}", err=True)
-        sys.exit(EXIT_USAGE)
+    cfg = load(config_file, [cluster_name], access=True)
+    configure_logging(cfg)
+    cluster = cfg.cluster(cluster_name)
     reconciler = ClusterReconciler(cfg, cluster)
     try:
         revision = GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git").poll()

@@ -3,7 +3,10 @@
 Called by the CLI before anything touches a cluster. Every problem raises one
 ``ConfigError`` naming the key path (``clusters[1].kubeconfig: file not found:
 ...``); unknown keys are errors so that a typo never silently falls back to a
-default. The defaults live here and only here (``config.example.toml`` and
+default. ``load_config`` checks everything but whether the files that reach
+clusters exist: ``check_access`` does that, for the commands that connect (so
+``render`` and ``diff --offline`` work on a CI runner without kubeconfigs).
+The defaults live here and only here (``config.example.toml`` and
 ``docs/configuration.md`` are tested against them).
 """
 
@@ -13,6 +16,7 @@ import fnmatch
 import os
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -277,10 +281,7 @@ def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterCo
     if not in_cluster:
         if not kubeconfig:
             raise r.error("kubeconfig", "required key is missing (or set in_cluster = true)")
-        resolved = (base_dir / os.path.expanduser(kubeconfig)).resolve()
-        if not resolved.is_file():
-            raise r.error("kubeconfig", f"file not found: {resolved}")
-        kubeconfig = str(resolved)
+        kubeconfig = str((base_dir / os.path.expanduser(kubeconfig)).resolve())
     vars_table = r.sub("vars")
     variables: dict[str, str] = {}
     if vars_table is not None:
@@ -379,10 +380,7 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
         raise r.error("leases", f"must be auto, on or off, got {leases!r}")
     management = r.get("management_kubeconfig", str, d.management_kubeconfig)
     if management:
-        resolved = (base_dir / os.path.expanduser(management)).resolve()
-        if not resolved.is_file():
-            raise r.error("management_kubeconfig", f"file not found: {resolved}")
-        management = str(resolved)
+        management = str((base_dir / os.path.expanduser(management)).resolve())
     lease_namespace = r.get("lease_namespace", str, d.lease_namespace)
     if lease_namespace and not _DNS_LABEL.match(lease_namespace):
         raise r.error("lease_namespace", f"not a valid namespace name: {lease_namespace!r}")
@@ -490,6 +488,25 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         )
     top.finish()
     return Config(agent=agent, source=source, clusters=tuple(clusters), conflict_rules=rules, file=file)
+
+
+def check_access(config: Config, clusters: Iterable[str] | None = None, *, management: bool = True) -> None:
+    """The files a command needs to reach clusters exist; raises ``ConfigError`` naming the key.
+
+    Checks the kubeconfig of each cluster in ``clusters`` (all when None) and, with
+    ``management``, ``[agent] management_kubeconfig``. Kept out of ``load_config`` so
+    that commands that never connect (``render``, ``diff --offline``) work with the
+    production config on a machine without these files, such as a CI runner.
+    """
+    wanted = None if clusters is None else set(clusters)
+    for i, c in enumerate(config.clusters):
+        if (wanted is None or c.name in wanted) and not c.in_cluster and not os.path.isfile(c.kubeconfig):
+            raise ConfigError(
+                f"clusters[{i}].kubeconfig", f"file not found: {c.kubeconfig}", file=config.file
+            )
+    path = config.agent.management_kubeconfig
+    if management and path and not os.path.isfile(path):
+        raise ConfigError("agent.management_kubeconfig", f"file not found: {path}", file=config.file)
 
 
 def setting_keys() -> set[str]:

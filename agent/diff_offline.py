@@ -8,8 +8,9 @@ written, name): added, changed (with field-level diffs) or removed. Secrets
 are masked by ``diff_fields.diff_objects`` like in live mode.
 
 Which clusters: the ``--config`` file's clusters (paths, variables, Helm
-settings, excludes), or without one, by convention every directory
-``clusters/<name>/`` found at either revision, rendered without variables.
+settings, excludes; their kubeconfigs need not exist: nothing here connects),
+or without one, by convention every directory ``clusters/<name>/`` found at
+either revision, rendered without variables.
 A cluster path that does not exist at the base revision counts as empty
 there (the change adds it); at the head revision it is an error, as the
 agent would report it. Each cluster fails alone (its own error section).
@@ -18,14 +19,13 @@ agent would report it. Each cluster fails alone (its own error section).
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.config import ClusterConfig, ClusterSettings, Config, SourceConfig, parse_config
+from agent.config import ClusterConfig, ClusterSettings, Config, SourceConfig
 from agent.diff import new_object, sort_objects
 from agent.diff_fields import diff_objects
-from agent.errors import AgentError, ConfigError
+from agent.errors import AgentError
 from agent.model import DesiredObject, DesiredSet, Revision
 from agent.reconcile import render_spec
 from agent.render import RenderSpec, render
@@ -33,27 +33,6 @@ from agent.report_model import ClusterReport, Mode, ObjectAction, ObjectReport, 
 from agent.source import GitSource
 
 CONVENTION_DIR = "clusters"
-
-
-def load_offline_config(path: str) -> Config:
-    """The config as offline mode needs it: cluster paths, variables and Helm settings.
-
-    Offline mode never connects, so the clusters' kubeconfig files (which the loader
-    checks exist) need not be present, as on a CI runner without cluster access.
-    """
-    file = str(path)
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError("", f"cannot read config file: {e.strerror}", file=file) from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError("", f"invalid TOML: {e}", file=file) from None
-    for table in data.get("clusters") or []:
-        if isinstance(table, dict):
-            table.pop("kubeconfig", None)
-            table.pop("context", None)
-            table["in_cluster"] = True
-    return parse_config(data, file=file, base_dir=Path(path).resolve().parent)
 
 
 def convention_clusters(*trees: Path) -> tuple[ClusterConfig, ...]:
@@ -164,4 +143,4 @@ def run_offline(
     )
 
 
-__all__ = ["compare_cluster", "convention_clusters", "load_offline_config", "run_offline"]
+__all__ = ["compare_cluster", "convention_clusters", "run_offline"]

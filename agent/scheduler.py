@@ -27,7 +27,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecution
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from agent.config import ClusterConfig, Config, load_config
+from agent.config import ClusterConfig, Config, check_access, load_config
 from agent.errors import ConfigError, SourceError
 from agent.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
 from agent.health import STUCK_AFTER, HealthServer
@@ -362,6 +362,9 @@ class Daemon:
         self._config_stamp = stamp
         try:
             new = load_config(self.config.file)
+            # A cluster whose kubeconfig is gone is refused now, not at its next pass; [agent]
+            # (the management cluster) changes only with a restart.
+            check_access(new, management=False)
         except ConfigError as e:
             self.config_error = str(e)
             self.metrics.reloads.labels("error").inc()

@@ -4,7 +4,11 @@ Called by ``reconcile`` after the inventory was widened. Only the plan's body
 is sent (yielded paths already removed), with our field manager, ``force``
 only when the plan forces, and the ``resourceVersion`` the plan was made from,
 so a write in between fails with 409 and the object is re-planned from a
-fresh read (bounded). Never PUT, never a read-modify-written copy (invariant 4).
+fresh read (bounded) in the same pass. The re-plan also gets the 409's
+``FieldManagerConflict`` causes: the server may name owners the object does
+not show (``before-first-apply`` after managedFields were cleared), and the
+conflict rules decide those too (``causes``). Never PUT, never a
+read-modify-written copy (invariant 4).
 
 Order: Namespaces, then CRDs (waiting until Established and refreshing
 discovery), then other cluster-scoped objects, then namespaced ones; objects
@@ -22,15 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agent.cluster import KubeClient
-from agent.errors import ApiError
+from agent.errors import ApiError, StatusCause
 from agent.model import Action, ApplyResult, Change, Manifest, ObjectKey, Outcome
 
 RECREATE_ANNOTATION = "gitops-agent.io/recreate"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"
 CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
 
-#: Re-plan one object from a fresh read (after a 409).
-Replanner = Callable[[ObjectKey, Manifest | None], Change]
+#: Re-plan one object from a fresh read and the 409's causes (the owners the server named).
+Replanner = Callable[[ObjectKey, Manifest | None, tuple[StatusCause, ...]], Change]
 #: The request body of a change: the plan masks Secret values, only this puts them back.
 BodyFor = Callable[[Change], Manifest | None]
 
@@ -124,7 +128,7 @@ def _apply_one(
             if cluster_level(e):
                 raise
             if e.status == 409 and attempt < options.conflict_retries:
-                change = _fresh(client, change, replan)
+                change = _fresh(client, change, replan, e.causes)
                 continue
             if e.status == 422 and "immutable" in e.api_message:
                 return _immutable(client, change, body_for(change), options, e)
@@ -145,10 +149,10 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
     return ApplyResult(change.key, outcome, message=change.reason, uid=uid)
 
 
-def _fresh(client: KubeClient, change: Change, replan: Replanner) -> Change:
+def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[StatusCause, ...]) -> Change:
     info = client.resource(change.api_version, change.key.kind)
     live = client.get(info, change.key.namespace or None, change.key.name)
-    return replan(change.key, live)
+    return replan(change.key, live, causes)
 
 
 def _immutable(

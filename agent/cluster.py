@@ -28,7 +28,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from agent.config import ClusterConfig
-from agent.errors import ApiError, ClusterError
+from agent.errors import ApiError, ClusterError, StatusCause, StatusDetails
 from agent.listjson import each_item
 from agent.model import Manifest, split_api_version
 
@@ -262,15 +262,16 @@ class KubeClient:
                 attempt += 1
                 time.sleep(min(retry_after or 1.0, 10.0))
                 continue
-            reason, message = _status_message(raw, resp.reason)
+            status = parse_status(raw, resp.reason)
             raise ApiError(
                 self.name,
                 resp.status,
-                message,
-                reason=reason,
+                status.message,
+                reason=status.reason,
                 verb=method,
                 target=target,
                 retry_after=retry_after,
+                details=status.details,
             )
 
     # -- discovery ------------------------------------------------------------
@@ -506,12 +507,44 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _status_message(raw: bytes, fallback: str) -> tuple[str, str]:
-    """The ``reason`` and ``message`` of a ``Status`` body, or the HTTP reason phrase."""
+@dataclass(frozen=True)
+class ParsedStatus:
+    """What an error answer said: ``reason``, ``message`` and, for a ``Status``, its ``details``."""
+
+    reason: str
+    message: str
+    details: StatusDetails | None = None
+
+
+def parse_status(raw: bytes, fallback: str) -> ParsedStatus:
+    """Read an error answer's ``Status`` body; the HTTP reason phrase when it is not one.
+
+    Causes keep their raw ``type``/``field``/``message``: what they mean is the caller's to
+    decide (``agent.causes`` reads ``FieldManagerConflict``).
+    """
     try:
         doc = json.loads(raw)
     except (ValueError, TypeError):
-        return fallback or "", (raw[:300].decode("utf-8", "replace") if raw else fallback or "")
-    if isinstance(doc, dict):
-        return str(doc.get("reason", fallback or "")), str(doc.get("message", "")) or (fallback or "")
-    return fallback or "", str(doc)[:300]
+        return ParsedStatus(fallback or "", raw[:300].decode("utf-8", "replace") if raw else fallback or "")
+    if not isinstance(doc, dict):
+        return ParsedStatus(fallback or "", str(doc)[:300])
+    reason = str(doc.get("reason", fallback or ""))
+    message = str(doc.get("message", "")) or (fallback or "")
+    raw_details = doc.get("details")
+    if not isinstance(raw_details, dict):
+        return ParsedStatus(reason, message)
+    causes = tuple(
+        StatusCause(
+            type=str(c.get("reason", "")), field=str(c.get("field", "")), message=str(c.get("message", ""))
+        )
+        for c in raw_details.get("causes") or ()
+        if isinstance(c, dict)
+    )
+    details = StatusDetails(
+        name=str(raw_details.get("name", "")),
+        group=str(raw_details.get("group", "")),
+        kind=str(raw_details.get("kind", "")),
+        uid=str(raw_details.get("uid", "")),
+        causes=causes,
+    )
+    return ParsedStatus(reason, message, details)

@@ -7,7 +7,7 @@
     ├── SourceError                 Git: unreachable, auth, missing ref, bad signature (URL masked)
     ├── RenderError                 every problem of one cluster's render, each with file/line
     ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
-    │   └── ApiError                one API request answered with an error status
+    │   └── ApiError                one API request answered with an error status (and its Status details)
     ├── ApplyError                  one object could not be applied (normally a result, not raised)
     ├── PruneRefused                deletion refused on purpose (unknown state, brake, empty render)
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
@@ -90,8 +90,33 @@ class ClusterError(AgentError):
         super().__init__(f"cluster {cluster!r}: {message}")
 
 
+@dataclass(frozen=True)
+class StatusCause:
+    """One ``Status.details.causes[]`` item: ``type`` (JSON key ``reason``, e.g.
+    ``FieldManagerConflict``), the server's spelling of the ``field`` (``.data.k``), ``message``."""
+
+    type: str
+    field: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class StatusDetails:
+    """``Status.details``: the object the error is about and the structured causes."""
+
+    name: str = ""
+    group: str = ""
+    kind: str = ""
+    uid: str = ""
+    causes: tuple[StatusCause, ...] = ()
+
+
 class ApiError(ClusterError):
-    """An API request returned an error status (``status`` 0 means no HTTP answer)."""
+    """An API request returned an error status (``status`` 0 means no HTTP answer).
+
+    ``details`` is the server's ``Status.details`` when it sent one: callers classify from it
+    (and ``status``/``reason``), never from the free-text message.
+    """
 
     def __init__(
         self,
@@ -103,9 +128,11 @@ class ApiError(ClusterError):
         verb: str = "",
         target: str = "",
         retry_after: float | None = None,
+        details: StatusDetails | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
+        self.details = details
         self.verb = verb
         self.target = target
         self.retry_after = retry_after
@@ -117,6 +144,10 @@ class ApiError(ClusterError):
     @property
     def unauthorized(self) -> bool:
         return self.status in (401, 403)
+
+    @property
+    def causes(self) -> tuple[StatusCause, ...]:
+        return self.details.causes if self.details else ()
 
 
 class ApplyError(AgentError):

@@ -18,9 +18,10 @@ import structlog
 
 from agent import apply as apply_stage
 from agent import prune as prune_stage
+from agent.causes import replan_after_conflict
 from agent.cluster import KubeClient
 from agent.config import ClusterConfig, Config
-from agent.errors import AgentError, ApiError, RenderError, RenderProblem
+from agent.errors import AgentError, ApiError, RenderError, RenderProblem, StatusCause
 from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids, widen
 from agent.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
 from agent.model import (
@@ -37,7 +38,7 @@ from agent.model import (
     Revision,
     split_api_version,
 )
-from agent.plan import PlanOptions, plan, plan_object, request_body
+from agent.plan import PlanOptions, plan, request_body
 from agent.render import RenderCache, RenderSpec
 from agent.schema import SchemaIndex
 
@@ -245,8 +246,8 @@ class ClusterReconciler:
             field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
         )
 
-        def replan(key: ObjectKey, fresh: Manifest | None) -> Change:
-            return plan_object(by_key[key], fresh, options)
+        def replan(key: ObjectKey, fresh: Manifest | None, causes: tuple[StatusCause, ...]) -> Change:
+            return replan_after_conflict(by_key[key], fresh, options, causes)
 
         def body_for(change: Change) -> Manifest | None:
             return request_body(change, by_key[change.key])

@@ -193,7 +193,9 @@ class InventoryStore:
             f"{other!r} and {self.claimant!r} (of this config, or of another install named "
             f"{self.name!r}) serve one cluster and would prune each other's objects; nothing was "
             "applied, pruned or written there. Serve the cluster from one entry (list both teams' "
-            "paths in it), or give the other install its own [agent] name.",
+            "paths in it), or give the other install its own [agent] name. If the entry was only "
+            f"renamed, move the claim: kubectl annotate configmap {self.name} -n {self.namespace} "
+            f"{CLAIMED_BY}={self.claimant} --overwrite",
         )
 
     def claim(self, inventory: Inventory) -> Inventory:

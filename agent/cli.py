@@ -51,6 +51,8 @@ def format_summary(results: list[ClusterResult]) -> str:
     rows = [("CLUSTER", "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", "STATUS")]
     for r in results:
         status = "ok" if r.ok else f"failed: {(r.error or 'objects failed').splitlines()[0]}"
+        if r.refused is not None:
+            status = f"refused ({r.refused.value}): {(r.error or '').splitlines()[0]}"
         if r.ok and r.prune_refused:
             status = f"ok (prune refused: {r.prune_refused})"
         rows.append(

@@ -123,6 +123,7 @@ class KubeClient:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._discovery: Discovery | None = None
+        self._cluster_uid: str | None = None
         self._lock = threading.Lock()
         self.requests = 0  # requests sent, for tests and debug logs (benchmarks count at the server)
 
@@ -483,6 +484,25 @@ class KubeClient:
     def server_version(self) -> str:
         doc = self.request("GET", "/version")
         return str(doc.get("gitVersion", ""))
+
+    def cluster_uid(self, *, timeout: float | None = None) -> str | None:
+        """The UID of the ``kube-system`` namespace: which cluster this is, whatever URL reached it.
+
+        One GET, then cached for the client's lifetime (a client talks to one API server).
+        ``None`` when RBAC hides the namespace (403: the namespaced install) or it does not
+        exist (404); any other failure raises ``ApiError`` like every request.
+        """
+        if self._cluster_uid is not None:
+            return self._cluster_uid
+        try:
+            ns = self.request("GET", "/api/v1/namespaces/kube-system", timeout=timeout)
+        except ApiError as e:
+            if e.status in (403, 404):
+                return None
+            raise
+        uid = str((ns.get("metadata") or {}).get("uid") or "") or None
+        self._cluster_uid = uid
+        return uid
 
 
 def _transport_message(e: BaseException) -> str:

@@ -10,6 +10,7 @@
     │   └── ApiError                one API request answered with an error status (and its Status details)
     ├── ApplyError                  one object could not be applied (normally a result, not raised)
     ├── PruneRefused                deletion refused on purpose (unknown state, brake, empty render)
+    ├── ClusterRefused              the whole cluster left alone: another entry shares its inventory
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
 Per-object failures are *results* (see ``model.ApplyResult``); exceptions are
@@ -19,6 +20,8 @@ for failures that end a stage for a whole cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from agent.model import Refusal
 
 
 class AgentError(Exception):
@@ -167,6 +170,18 @@ class PruneRefused(AgentError):
         self.reason = reason
         self.digest = digest
         super().__init__(reason)
+
+
+class ClusterRefused(AgentError):
+    """A pass must not touch its cluster at all (``reason``); the message says how to fix it.
+
+    Not retryable: it lasts until the configuration (or the other install) changes.
+    """
+
+    def __init__(self, cluster: str, reason: Refusal, message: str) -> None:
+        self.cluster = cluster
+        self.reason = reason
+        super().__init__(message)
 
 
 class LocalClusterError(AgentError):

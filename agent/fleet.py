@@ -7,7 +7,9 @@ as timed out and *abandoned*: its client is fenced (no further writes), the
 next pass gets a fresh client, and while the abandoned one still hangs the
 cluster reports "still stuck" instead of starting more threads (invariant 6).
 Safe to abandon at any point: the inventory is widened before applying and
-narrowed only after pruning (invariant 10).
+narrowed only after pruning (invariant 10). It also knows every entry's
+cluster identity (``identity.IdentityBook``), so entries that reach one
+cluster are all refused (state ``refused``) before any of them writes there.
 
 Used by ``gitops-agent run --once``, ``sync`` (one-off), ``demo``, the tests,
 and ``scheduler.Daemon``, which adds the schedule, leases and health.
@@ -28,7 +30,9 @@ import structlog
 from agent import events
 from agent.cluster import KubeClient
 from agent.config import ClusterConfig, Config
+from agent.errors import AgentError
 from agent.health import Metrics
+from agent.identity import IdentityBook
 from agent.lease import FencedClient
 from agent.model import ClusterResult, Outcome, Revision
 from agent.reconcile import ClusterReconciler
@@ -55,7 +59,8 @@ class ClusterStatus:
     """What `/status` and `gitops-agent status` show for one cluster."""
 
     name: str
-    #: pending | running | ok | failed | timed-out | suspended | standby (another replica holds it)
+    #: pending | running | ok | failed | timed-out | suspended | refused (another entry reaches the
+    #: same cluster or claims its inventory) | standby (another replica holds it)
     state: str = "pending"
     last_result: ClusterResult | None = None
     last_success_revision: str = ""
@@ -75,6 +80,7 @@ class ClusterStatus:
             "result": ("ok" if r.ok else "failed") if r else "pending",
             "error": r.error if r else None,
             "prune_refused": r.prune_refused if r else None,
+            "refused": r.refused.value if r and r.refused else None,
             "applied": r.applied if r else 0,
             "pruned": r.count(Outcome.PRUNED) if r else 0,
             "failed_objects": r.failed if r else 0,
@@ -120,6 +126,7 @@ class Fleet:
         #: One cache for every cluster: clusters serving the same paths and vars share one render
         #: (and one copy of its objects); it outlives reconcilers replaced after a deadline or a reload.
         self.render_cache = RenderCache()
+        self.identities = IdentityBook()
         self._slots = {c.name: self._slot(c) for c in config.clusters}
         self._closing = threading.Event()
 
@@ -127,7 +134,44 @@ class Fleet:
         return _Slot(c, self._reconciler(c), ClusterStatus(c.name))
 
     def _reconciler(self, c: ClusterConfig) -> ClusterReconciler:
-        return self._factory(self.config, c, client_factory=self._client_for, render_cache=self.render_cache)
+        return self._factory(
+            self.config,
+            c,
+            client_factory=self._client_for,
+            render_cache=self.render_cache,
+            same_cluster=self._same_cluster,
+        )
+
+    def _same_cluster(self, name: str, uid: str | None) -> list[str]:
+        """The other entries reaching the cluster of ``name`` (whose kube-system UID is ``uid``).
+
+        Runs in ``name``'s pass, on its thread and under its deadline. Entries never read are read
+        first (once for all passes, side by side, with their own connect timeout), so whichever
+        entry passes first already sees the other: both are refused, deterministically.
+        """
+        self.identities.record(name, uid)
+        if uid is None:  # hidden by RBAC: nothing to compare (the claim on the parent guards instead)
+            return []
+        self.identities.resolve([n for n in list(self._slots) if n != name], self._peer_uid)
+        return self.identities.sharing(name, uid)
+
+    def _peer_uid(self, name: str) -> str | None:
+        """Another entry's kube-system UID through a client of its own (a read: no lease needed)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return None
+        try:
+            client = KubeClient.from_config(slot.cluster)
+        except AgentError as e:
+            log.info("cluster identity not read", cluster=name, error=str(e))
+            return None
+        try:
+            return client.cluster_uid(timeout=slot.cluster.settings.connect_timeout)
+        except AgentError as e:  # unreachable now: its own passes record it once they get through
+            log.info("cluster identity not read", cluster=name, error=str(e))
+            return None
+        finally:
+            client.close()
 
     def _client_for(self, c: ClusterConfig) -> KubeClient:
         client = FencedClient.from_config(c)
@@ -249,7 +293,10 @@ class Fleet:
                 st.last_success_at = result.finished or datetime.now(UTC)
         else:
             st.failures += 1
-            st.state = "timed-out" if (result.error or "").startswith("timed out") else "failed"
+            if result.refused is not None:
+                st.state = "refused"
+            else:
+                st.state = "timed-out" if (result.error or "").startswith("timed out") else "failed"
         self.metrics.record(result)
         self.metrics.cluster_state(
             result.cluster,
@@ -314,6 +361,7 @@ class Fleet:
         changed: list[str] = []
         for name in [n for n in old if n not in new_names]:
             slot = self._slots.pop(name)
+            self.identities.forget(name)
             with slot.lock:
                 self._abandon(slot, slot.reconciler, "cluster removed from the config")
                 if slot.running is None:
@@ -326,6 +374,7 @@ class Fleet:
                 self._slots[c.name] = self._slot(c)
                 added.append(c.name)
             elif current.cluster != c:
+                self.identities.forget(c.name)  # it may reach another cluster now
                 with current.lock:
                     previous = current.reconciler
                     current.cluster = c

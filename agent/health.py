@@ -52,9 +52,11 @@ ERROR_REASONS = (
 
 
 def classify(result: ClusterResult) -> str:
-    """One word for why a pass failed: ``timeout``, ``unauthorized``, ``tls``, ``render``, ..."""
+    """One word for why a pass failed: ``refused``, ``timeout``, ``unauthorized``, ``tls``, ``render``, ..."""
     if result.error is None:
         return "objects" if not result.ok else ""
+    if result.refused is not None:
+        return "refused"
     for needle, reason in ERROR_REASONS:
         if needle in result.error:
             return reason

@@ -12,6 +12,13 @@ UIDs of the members we applied (gzip'd JSON in ``binaryData``; 10k members fit
 well under the 1 MiB object limit). Widened before applying, narrowed only
 after pruning (invariant 10). Operator state that must survive restarts
 (suspension, prune approvals) lives in the parent's annotations.
+
+The parent is keyed by agent name only, so two config entries (or two installs
+of one name) serving one cluster would share it and prune each other's objects.
+The parent therefore records which entry it belongs to (``CLAIMED_BY``), set
+atomically by the first entry that creates it (or, for a parent written before
+claims existed, by the first entry that passes after the upgrade); any other
+entry is refused before it writes anything.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from dataclasses import dataclass, field
 
 from agent import __version__
 from agent.cluster import KubeClient, ResourceInfo
-from agent.model import ObjectKey
+from agent.errors import ApiError, ClusterRefused
+from agent.model import ObjectKey, Refusal
 
 PART_OF = "applyset.kubernetes.io/part-of"
 ID_LABEL = "applyset.kubernetes.io/id"
@@ -34,6 +42,7 @@ GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
 ADDITIONAL_NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
 SUSPENDED = "gitops-agent.io/suspended"
 PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
+CLAIMED_BY = "gitops-agent.io/claimed-by"
 MEMBERS_KEY = "members.json.gz"
 PARENT_KIND = "ConfigMap"
 
@@ -71,6 +80,7 @@ class Inventory:
     annotations: dict[str, str] = field(default_factory=dict)
     exists: bool = False
     uid: str = ""
+    resource_version: str = ""
 
     @property
     def id(self) -> str:
@@ -84,18 +94,29 @@ class Inventory:
     def approved_digest(self) -> str:
         return self.annotations.get(PRUNE_APPROVAL, "")
 
+    @property
+    def claimed_by(self) -> str:
+        """The config entry this inventory belongs to; ``""`` before the first claim."""
+        return self.annotations.get(CLAIMED_BY, "")
+
     def keys(self) -> set[ObjectKey]:
         return set(self.members)
 
 
 class InventoryStore:
-    """Reads and writes one cluster's ApplySet parent with server-side apply."""
+    """Reads and writes one cluster's ApplySet parent with server-side apply.
 
-    def __init__(self, client: KubeClient, *, name: str, namespace: str, field_manager: str) -> None:
+    ``claimant``: the config entry writing through this store; every write records it.
+    """
+
+    def __init__(
+        self, client: KubeClient, *, name: str, namespace: str, field_manager: str, claimant: str = ""
+    ) -> None:
         self.client = client
         self.name = name
         self.namespace = namespace
         self.field_manager = field_manager
+        self.claimant = claimant
 
     @property
     def id(self) -> str:
@@ -113,6 +134,7 @@ class InventoryStore:
         meta = obj.get("metadata") or {}
         inv.exists = True
         inv.uid = meta.get("uid", "")
+        inv.resource_version = meta.get("resourceVersion", "")
         inv.annotations = dict(meta.get("annotations") or {})
         inv.group_kinds = {g for g in inv.annotations.get(GROUP_KINDS, "").split(",") if g}
         blob = (obj.get("binaryData") or {}).get(MEMBERS_KEY)
@@ -141,6 +163,8 @@ class InventoryStore:
             GROUP_KINDS: ",".join(group_kinds),
             ADDITIONAL_NAMESPACES: ",".join(namespaces),
         }
+        if self.claimant:
+            annotations[CLAIMED_BY] = self.claimant
         annotations.update(extra_annotations or {})
         parent = {
             "apiVersion": "v1",
@@ -155,6 +179,70 @@ class InventoryStore:
         }
         # Force: the parent is ours alone; a stray kubectl edit must not wedge the inventory.
         self.client.apply(parent, field_manager=self.field_manager, force=True)
+
+    def check_claim(self, inventory: Inventory) -> None:
+        """Raise ``ClusterRefused`` when the parent belongs to another entry than ``claimant``."""
+        other = inventory.claimed_by
+        if not other or other == self.claimant:
+            return
+        raise ClusterRefused(
+            self.claimant,
+            Refusal.CLAIMED,
+            f"entry {self.claimant!r} refused: this cluster's inventory (ApplySet parent ConfigMap "
+            f"{self.namespace}/{self.name}) belongs to entry {other!r} ({CLAIMED_BY}), so entries "
+            f"{other!r} and {self.claimant!r} (of this config, or of another install named "
+            f"{self.name!r}) serve one cluster and would prune each other's objects; nothing was "
+            "applied, pruned or written there. Serve the cluster from one entry (list both teams' "
+            "paths in it), or give the other install its own [agent] name. If the entry was only "
+            f"renamed, move the claim: kubectl annotate configmap {self.name} -n {self.namespace} "
+            f"{CLAIMED_BY}={self.claimant} --overwrite",
+        )
+
+    def claim(self, inventory: Inventory) -> Inventory:
+        """The parent claimed by ``claimant`` before this pass's first write; the parent as it now is.
+
+        Both ways of claiming are atomic, so of two entries racing only one wins and the other
+        is refused (``check_claim`` on the parent read again): an absent parent is created
+        (POST: 409 for the loser) with only its label and the claim; a parent written before
+        claims existed gets the claim under a ``resourceVersion`` precondition (409 if it
+        changed since it was read).
+        """
+        assert self.claimant, "claiming needs the claiming entry's name"
+        self.check_claim(inventory)
+        if inventory.claimed_by == self.claimant:
+            return inventory
+        info = self._info()
+        try:
+            if inventory.exists:
+                patch = {
+                    "metadata": {
+                        "resourceVersion": inventory.resource_version,
+                        "annotations": {CLAIMED_BY: self.claimant},
+                    }
+                }
+                self.client.patch(info, self.namespace, self.name, patch, field_manager=self.field_manager)
+            else:
+                self.ensure_namespace()
+                parent = {
+                    "apiVersion": "v1",
+                    "kind": PARENT_KIND,
+                    "metadata": {
+                        "name": self.name,
+                        "namespace": self.namespace,
+                        "labels": {ID_LABEL: self.id},
+                        "annotations": {TOOLING: f"gitops-agent/v{__version__}", CLAIMED_BY: self.claimant},
+                    },
+                }
+                self.client.create(info, parent, field_manager=self.field_manager)
+        except ApiError as e:
+            if e.status != 409:  # 409: another writer came first; what it wrote decides below
+                raise
+        fresh = self.load()
+        self.check_claim(fresh)
+        if fresh.claimed_by != self.claimant:  # changed again in between: not ours to write
+            changed = "the ApplySet parent changed while it was being claimed"
+            raise ApiError(self.claimant, 409, changed, reason="Conflict")
+        return fresh
 
     def set_annotation(self, key: str, value: str | None) -> None:
         """Operator state (suspend, approvals) via a plain merge patch: it must not touch members."""

@@ -234,6 +234,15 @@ class ApplyResult:
         return self.outcome is not Outcome.FAILED
 
 
+class Refusal(enum.StrEnum):
+    """Why a pass would not touch its cluster at all: nothing applied, pruned or written there."""
+
+    #: Another config entry reaches the same cluster (same ``kube-system`` namespace UID).
+    SHARED_CLUSTER = "shared-cluster"
+    #: The cluster's ApplySet parent is claimed by another entry (or another install of the same name).
+    CLAIMED = "claimed"
+
+
 @dataclass
 class ClusterResult:
     """One reconcile pass for one cluster."""
@@ -243,6 +252,8 @@ class ClusterResult:
     results: list[ApplyResult] = field(default_factory=list)
     error: str | None = None
     prune_refused: str | None = None
+    #: Set when the pass refused to touch the cluster; ``error`` then says why and how to fix it.
+    refused: Refusal | None = None
     started: datetime | None = None
     finished: datetime | None = None
     dry_run: bool = False

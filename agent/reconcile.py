@@ -21,7 +21,8 @@ from agent import prune as prune_stage
 from agent.causes import replan_after_conflict
 from agent.cluster import KubeClient
 from agent.config import ClusterConfig, Config
-from agent.errors import AgentError, ApiError, RenderError, RenderProblem, StatusCause
+from agent.errors import AgentError, ApiError, ClusterRefused, RenderError, RenderProblem, StatusCause
+from agent.identity import shared_message
 from agent.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids, widen
 from agent.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
 from agent.model import (
@@ -35,6 +36,7 @@ from agent.model import (
     ObjectKey,
     Outcome,
     Plan,
+    Refusal,
     Revision,
     split_api_version,
 )
@@ -44,6 +46,8 @@ from agent.schema import SchemaIndex
 
 log = structlog.get_logger("gitops_agent.reconcile")
 ClientFactory = Callable[[ClusterConfig], KubeClient]
+#: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
+SameCluster = Callable[[str, str | None], list[str]]
 
 
 def render_spec(cluster: ClusterConfig) -> RenderSpec:
@@ -67,9 +71,12 @@ class ClusterReconciler:
         *,
         client_factory: ClientFactory = KubeClient.from_config,
         render_cache: RenderCache | None = None,
+        same_cluster: SameCluster | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
+        #: Set by ``Fleet``, which knows the other entries; alone (CLI tools) only the claim guards.
+        self._same_cluster = same_cluster
         self.field_manager = config.field_manager(cluster)
         self._client_factory = client_factory
         self._client: KubeClient | None = None
@@ -103,7 +110,24 @@ class ClusterReconciler:
             name=self.config.agent.name,
             namespace=self.config.agent.namespace,
             field_manager=self.field_manager,
+            claimant=self.cluster.name,
         )
+
+    def check_identity(self) -> None:
+        """Refuse the pass when another config entry reaches this very cluster (one GET, cached).
+
+        Compared by the kube-system UID, not the URL: two addresses of one API server are one
+        cluster. Where RBAC hides kube-system this cannot see anything; the claim on the
+        ApplySet parent then refuses the second entry.
+        """
+        if self._same_cluster is None:
+            return
+        uid = self.client.cluster_uid()
+        others = self._same_cluster(self.cluster.name, uid)
+        if uid is not None and others:
+            agent, name = self.config.agent, self.cluster.name
+            message = shared_message(name, others, uid, agent=agent.name, namespace=agent.namespace)
+            raise ClusterRefused(name, Refusal.SHARED_CLUSTER, message)
 
     # -- stages ---------------------------------------------------------------
 
@@ -192,6 +216,9 @@ class ClusterReconciler:
         bound = log.bind(cluster=self.cluster.name, revision=revision.short)
         try:
             self._pass(revision, result, dry_run=dry_run)
+        except ClusterRefused as e:
+            result.error, result.refused = str(e), e.reason
+            bound.error("cluster refused; nothing applied, pruned or written", error=str(e))
         except RenderError as e:
             result.error = str(e)
             bound.error("render failed; nothing applied or pruned", error=str(e))
@@ -203,12 +230,16 @@ class ClusterReconciler:
 
     def _pass(self, revision: Revision, result: ClusterResult, *, dry_run: bool) -> None:
         desired_set = self.render(revision)
+        self.check_identity()  # before anything is written, by this entry or (racing) another
         store = self.store
         inventory = store.load()
+        store.check_claim(inventory)
         if inventory.suspended:
             result.error = None
             result.prune_refused = "cluster suspended (annotation on the ApplySet parent)"
             return
+        if not dry_run and inventory.exists:
+            inventory = store.claim(inventory)  # a parent written before claims existed: now ours
         desired = self.desired(desired_set, store.id)
         by_key = {o.key: o for o in desired}
         options = self.plan_options(store.id, detail=False)
@@ -237,10 +268,10 @@ class ClusterReconciler:
         the_plan = self._remember(revision.sha, desired, verdicts)
         del verdicts
         if not dry_run:
-            if not inventory.exists:
-                store.ensure_namespace()
             wider = widen(inventory, by_key)
             if len(wider) != len(inventory.members):
+                if not inventory.exists:  # created with the claim alone, so a racing entry loses
+                    inventory = store.claim(inventory)
                 store.write(wider)  # widen before applying (invariant 10)
         apply_opts = apply_stage.ApplyOptions(
             field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency

@@ -398,7 +398,10 @@ class Daemon:
         if self.leases is not None:
             self.leases.set_clusters(self.fleet.names())
         if self.revision is not None:
-            for name in added + changed:
+            # Refused entries too: removing or re-pointing the entry they collided with lifts the
+            # refusal, and they should not wait out their backoff to find out.
+            refused = [n for n, st in self.fleet.status.items() if st.state == "refused"]
+            for name in dict.fromkeys(added + changed + refused):
                 self._schedule(name, datetime.now(UTC), "config reloaded")
         self.config_error = None
         self.metrics.reloads.labels("ok").inc()

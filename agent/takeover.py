@@ -283,9 +283,7 @@ def run_takeover(
     )
     if not apply or not the_plan.items:
         return the_plan, []
-    inventory = store.load()
-    if not inventory.exists:
-        store.ensure_namespace()
+    inventory = store.claim(store.load())  # refused if another entry's; created (claimed) if absent
     members = widen(inventory, [i.key for i in the_plan.items])
     if {m.key for m in members} != set(inventory.members):
         store.write(members)

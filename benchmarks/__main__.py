@@ -38,7 +38,7 @@ def machine() -> dict[str, Any]:
                 break
     with open("/proc/meminfo") as f:
         mem_kb = int(f.readline().split()[1])
-    from agent import tools
+    from agent.render import binaries as tools
 
     kubectl = subprocess.run(
         [str(tools.tool("kubectl")), "version", "--client", "-o", "json"], capture_output=True, text=True

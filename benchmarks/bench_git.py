@@ -129,8 +129,8 @@ def run(root: Path, reps: int = 5) -> dict[str, Any]:
 
 
 def _run(root: Path, src: Path, url: str, made: float, reps: int) -> dict[str, Any]:
-    from agent.config import SourceConfig
-    from agent.source import GitSource
+    from agent.config.types import SourceConfig
+    from agent.source.git import GitSource
 
     count = int(_git("rev-list", "--count", "main", cwd=src))
     files = len(_git("ls-tree", "-r", "--name-only", "main", cwd=src).splitlines())

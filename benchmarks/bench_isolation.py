@@ -4,7 +4,7 @@ Called by ``benchmarks.__main__`` (``python -m benchmarks isolation``).
 
 Three clusters with the same workload, one in-process ``Fleet`` (as deployed). After the initial
 apply, steady passes of all three at once are timed per cluster (the pass's own start and end),
-first with every cluster healthy, then with the third frozen (``agent.localcluster.freeze``:
+first with every cluster healthy, then with the third frozen (``agent.dev.localcluster.freeze``:
 SIGSTOP of its apiserver and etcd, so its connections hang). The figure is the healthy two's
 median pass latency frozen versus not.
 """
@@ -30,7 +30,7 @@ def _latencies(agent: h.InProcessAgent, names: list[str]) -> tuple[dict[str, flo
 
 
 def run(root: Path, n: int = 1000, reps: int = 3) -> dict[str, Any]:
-    from agent import localcluster
+    from agent.dev import localcluster
 
     h.quiet_logs()
     repo = root / "repo-isolation.git"

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.localcluster import LocalCluster
+from agent.dev.process import LocalCluster
 from benchmarks import harness as h
 from benchmarks import workload as w
 from benchmarks.markdown import bound_line
@@ -177,7 +177,7 @@ def run_size(
     apply_reps: int = 3,
 ) -> dict[str, Any]:
     """Measure ``parts`` (apply, steady, change) for a workload of ``n`` objects."""
-    from agent.diff import run_live
+    from agent.report.diff import run_live
 
     out: dict[str, Any] = {"objects": n, "rows": []}
     items = w.generate(n)

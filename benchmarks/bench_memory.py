@@ -52,7 +52,9 @@ def measured_child(argv: list[str], timeout: float = 900.0) -> dict[str, Any]:
 
 def run(sizes: list[int], root: Path) -> dict[str, Any]:
     agent_cmd = [sys.executable, "-m", "agent.cli", "run", "--once", "--log-level", "warning"]
-    base = measured_child([sys.executable, "-c", "import agent.cli, agent.scheduler, agent.reconcile"])
+    base = measured_child(
+        [sys.executable, "-c", "import agent.cli.main, agent.run.scheduler, agent.reconcile.reconciler"]
+    )
     out: dict[str, Any] = {
         "baseline_import_mb": round(base["peak_mb"], 1),
         "target_mb": TARGET_MB,

@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agent import localcluster, tools
-from agent.localcluster import LocalCluster
+from agent.dev import localcluster
+from agent.dev.process import LocalCluster
+from agent.render import binaries as tools
 from benchmarks.markdown import spread
 
 _ROW = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
@@ -310,7 +311,7 @@ def write_config(
 
 def commit_workload(repo: Path, items_dir: Path, message: str) -> str:
     """Commit ``items_dir`` as ``workload/`` (the whole tree) of the benchmark repository."""
-    from agent.demo import commit_directory
+    from agent.dev.demo import commit_directory
 
     with tempfile.TemporaryDirectory(prefix="bench-tree-") as tmp:
         tree = Path(tmp) / "workload"
@@ -322,9 +323,9 @@ class InProcessAgent:
     """``gitops-agent run`` without the daemon: GitSource + Fleet, warm between passes (as deployed)."""
 
     def __init__(self, config_file: Path) -> None:
-        from agent.config import load_config
-        from agent.scheduler import Fleet
-        from agent.source import GitSource
+        from agent.config.load import load_config
+        from agent.run.fleet import Fleet
+        from agent.source.git import GitSource
 
         self.config = load_config(config_file)
         self.source = GitSource(self.config.source, Path(self.config.agent.cache_dir) / "git")

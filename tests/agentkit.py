@@ -14,14 +14,15 @@ from textwrap import dedent
 
 import yaml
 
-from agent.cluster import KubeClient
-from agent.config import Config, load_config
-from agent.demo import commit_directory
-from agent.inventory import InventoryStore
-from agent.localcluster import LocalCluster
+from agent.apply.inventory import InventoryStore
+from agent.config.load import load_config
+from agent.config.types import Config
+from agent.dev.demo import commit_directory
+from agent.dev.process import LocalCluster
+from agent.kube.client import KubeClient
 from agent.model import ClusterResult, ObjectKey, Outcome, Revision
-from agent.scheduler import Fleet
-from agent.source import GitSource
+from agent.run.fleet import Fleet
+from agent.source.git import GitSource
 
 
 def unique(prefix: str) -> str:

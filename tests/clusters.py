@@ -25,9 +25,10 @@ from types import FrameType
 
 import pytest
 
-from agent import localcluster, tools
+from agent.dev import localcluster
+from agent.dev.process import LocalCluster
 from agent.errors import LocalClusterError
-from agent.localcluster import LocalCluster
+from agent.render import binaries as tools
 
 POOL_NAMES = ("pool-a", "pool-b")
 

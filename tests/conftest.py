@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import localcluster
-from agent.localcluster import LocalCluster
+from agent.dev import localcluster
+from agent.dev.process import LocalCluster
 from tests import clusters
 from tests.clusters import ClusterControl, ClusterPool, TestNamespace
 

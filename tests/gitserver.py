@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from agent.config import SourceAuth, SourceConfig, SourceVerify
-from agent.source import GitSource
+from agent.config.types import SourceAuth, SourceConfig, SourceVerify
+from agent.source.git import GitSource
 
 GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",

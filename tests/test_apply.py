@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.inventory import ADDITIONAL_NAMESPACES, GROUP_KINDS, ID_LABEL, PART_OF, TOOLING, applyset_id
+from agent.apply.inventory import ADDITIONAL_NAMESPACES, GROUP_KINDS, ID_LABEL, PART_OF, TOOLING, applyset_id
 from agent.model import Outcome
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
@@ -287,7 +287,7 @@ def test_a_write_between_plan_and_apply_gets_409_and_the_object_is_replanned(
     tmp_path: Path, cluster_pool: ClusterPool
 ) -> None:
     """The planned resourceVersion rides along: an interleaved write is never overwritten blindly."""
-    from agent import apply as apply_stage
+    from agent.apply import ssa as apply_stage
 
     a = cluster_pool["pool-a"]
     ns = unique("race")

@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.config import ClusterSettings, load_config
-from agent.localcluster import LocalCluster, Pids, Ports
+from agent.config.load import load_config
+from agent.config.types import ClusterSettings
+from agent.dev.process import LocalCluster, Pids, Ports
 from benchmarks import harness
 from benchmarks.__main__ import main
 from benchmarks.bench_kube import initial_row

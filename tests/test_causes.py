@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.causes import NamedOwner, named_owners, parse_owner, replan_after_conflict, server_field
-from agent.cluster import parse_status
-from agent.config import DEFAULT_CONFLICT_RULES, ConflictRule
+from agent.config.types import DEFAULT_CONFLICT_RULES, ConflictRule
 from agent.errors import StatusCause
+from agent.kube.client import parse_status
 from agent.model import Action, DesiredObject, Provenance, Resolution
-from agent.plan import PlanOptions, plan_object
+from agent.plan.causes import NamedOwner, named_owners, parse_owner, replan_after_conflict, server_field
+from agent.plan.planner import PlanOptions, plan_object
 
 STATUS = Path(__file__).parent / "fixtures" / "status"
 BEFORE_FIRST_APPLY = (STATUS / "before-first-apply.json").read_bytes()

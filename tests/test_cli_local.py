@@ -77,6 +77,6 @@ def test_local_cluster_start_prints_kubeconfig_last_and_restart_keeps_path_and_d
         assert bad.returncode == 2 and "NAMESPACE/NAME" in bad.stderr
     finally:
         cli("local-cluster", "stop", "--name", "cli-x", "--state-dir", state)
-        from agent import localcluster
+        from agent.dev import localcluster
 
         localcluster.delete("cli-x", Path(state))

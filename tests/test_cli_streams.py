@@ -114,7 +114,7 @@ def test_every_command_on_a_local_cluster_prints_only_its_product(tmp_path: Path
         _agent_commands(tmp_path, kubeconfig)
     finally:
         stopped = cli("local-cluster", "stop", "--name", name, "--state-dir", state)
-        from agent import localcluster
+        from agent.dev import localcluster
 
         localcluster.delete(name, Path(state))
     assert stopped.returncode == 0 and stopped.stdout == "", stopped.stdout + stopped.stderr

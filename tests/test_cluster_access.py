@@ -17,11 +17,11 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from agent.cli import main
-from agent.config import check_access, load_config
+from agent.cli.main import main
+from agent.config.load import check_access, load_config
 from agent.errors import ConfigError
-from agent.fleet import Fleet
-from agent.scheduler import Daemon, DaemonOptions
+from agent.run.fleet import Fleet
+from agent.run.scheduler import Daemon, DaemonOptions
 from tests.agentkit import Repo, make_repo
 from tests.test_daemon_kit import NO_LEASES
 

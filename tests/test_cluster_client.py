@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cluster import KubeClient
 from agent.errors import ApiError
+from agent.kube.client import KubeClient
 
 
 class Throttling:

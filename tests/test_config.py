@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, ConflictRule, load_config
+from agent.config.load import load_config
+from agent.config.tomlreader import parse_duration
+from agent.config.types import DEFAULT_CONFLICT_RULES, AgentSettings, ClusterSettings, ConflictRule
 from agent.errors import ConfigError
-from agent.tomlreader import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 

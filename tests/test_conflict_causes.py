@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent.inventory import PART_OF
+from agent.apply.inventory import PART_OF
 from agent.model import ApplyResult, ClusterResult, Outcome
 from tests.agentkit import Agent, make_repo, write_config
 from tests.clusters import TestNamespace, kubectl

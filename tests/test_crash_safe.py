@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cluster import KubeClient
-from agent.inventory import PART_OF, InventoryStore
+from agent.apply.inventory import PART_OF, InventoryStore
+from agent.kube.client import KubeClient
 from agent.model import ObjectKey, Outcome
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl

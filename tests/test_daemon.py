@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import localcluster
-from agent.config import load_config
-from agent.inventory import PART_OF, applyset_id
+from agent.apply.inventory import PART_OF, applyset_id
+from agent.config.load import load_config
+from agent.dev import localcluster
 from agent.model import Outcome
 from tests.agentkit import Agent, make_repo, tracked, unique, write_config
 from tests.clusters import ClusterPool, kubectl
@@ -37,11 +37,11 @@ SCRIPT = f"""
 import sys
 from pathlib import Path
 from agent import logs
-from agent.config import load_config
-from agent.fleet import Fleet
-from agent.lease_settings import LeaseSettings
-from agent.scheduler import Daemon, DaemonOptions
-from agent.source import GitSource
+from agent.config.load import load_config
+from agent.run.fleet import Fleet
+from agent.run.lease_settings import LeaseSettings
+from agent.run.scheduler import Daemon, DaemonOptions
+from agent.source.git import GitSource
 config, identity, lease_ns, mgmt, grace = sys.argv[1:6]
 cfg = load_config(config)
 logs.configure("json", "info")

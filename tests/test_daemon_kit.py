@@ -18,11 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.config import Config, load_config
-from agent.fleet import Fleet
-from agent.lease_settings import LeaseSettings
-from agent.scheduler import Daemon, DaemonOptions
-from agent.source import GitSource
+from agent.config.load import load_config
+from agent.config.types import Config
+from agent.run.fleet import Fleet
+from agent.run.lease_settings import LeaseSettings
+from agent.run.scheduler import Daemon, DaemonOptions
+from agent.source.git import GitSource
 
 NO_LEASES = LeaseSettings(enabled=False)
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from agent.cli_diff import diff
-from agent.config import Config
-from agent.reconcile import ClusterReconciler
-from agent.source import GitSource
+from agent.cli.diff import diff
+from agent.config.types import Config
+from agent.reconcile.reconciler import ClusterReconciler
+from agent.source.git import GitSource
 from tests.agentkit import Repo, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 

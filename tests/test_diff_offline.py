@@ -14,8 +14,8 @@ from typing import Any
 import pygit2
 from click.testing import CliRunner, Result
 
-from agent.cli_diff import diff
-from agent.demo import commit_directory
+from agent.cli.diff import diff
+from agent.dev.demo import commit_directory
 from tests.agentkit import make_repo, write_config
 
 BASE_FILES = {

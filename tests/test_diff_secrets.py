@@ -15,9 +15,9 @@ import pygit2
 import pytest
 from click.testing import CliRunner
 
-from agent.cli_diff import diff
-from agent.localcluster import LocalCluster
-from agent.tools import tool
+from agent.cli.diff import diff
+from agent.dev.process import LocalCluster
+from agent.render.binaries import tool
 from tests.agentkit import make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 

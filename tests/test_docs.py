@@ -23,11 +23,12 @@ from typing import Any
 import click
 import pytest
 
-from agent import config as config_mod
-from agent.cli import main
-from agent.config import Config, parse_config
+from agent.cli.main import main
+from agent.config import load as config_mod
+from agent.config.load import parse_config
+from agent.config.tomlreader import TableReader
+from agent.config.types import Config
 from agent.errors import ConfigError
-from agent.tomlreader import TableReader
 from tests.agentkit import make_repo, unique
 from tests.clusters import ClusterPool, kubectl
 
@@ -318,3 +319,19 @@ def test_command_lines_in_the_docs_are_real_commands_and_options() -> None:
                 assert w.split("=")[0] in options, f"{doc.name}: {line}: no option {w}"
         checked += 1
     assert checked >= 5
+
+
+def test_the_architecture_code_map_names_every_module_and_the_layer_contract() -> None:
+    """The newcomer's map names every module, and its layer table is the import contract."""
+    text = (DOCS / "architecture.md").read_text()
+    modules = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "agent").rglob("*.py") if p.name != "__init__.py"
+    }
+    named = set(re.findall(r"`(agent/[\w/]+\.py)`", text))
+    assert modules - named == set(), "modules missing from the code map"
+    assert named - modules == set(), "the code map names modules that do not exist"
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    table = re.search(r"## Code map.*?```\n(.*?)```", text, re.S)
+    assert table is not None
+    documented = [re.split(r"\s{2,}", line.strip())[0] for line in table.group(1).splitlines()]
+    assert documented == contract["layers"]

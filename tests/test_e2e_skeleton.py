@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.model import Outcome
-from agent.tools import tool
+from agent.render.binaries import tool
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ClusterConfig, ClusterSettings, Config, SourceConfig, parse_config
+from agent.config.load import parse_config
+from agent.config.types import ClusterConfig, ClusterSettings, Config, SourceConfig
 from agent.model import Revision
-from agent.reconcile import ClusterReconciler
-from agent.tools import tool
+from agent.reconcile.reconciler import ClusterReconciler
+from agent.render.binaries import tool
 from tests.test_render_malformed import CASES, CM, Case, _write
 
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.fields import (
+from agent.model import FieldPath
+from agent.plan.fields import (
     decode_fields_v1,
     encode_fields_v1,
     field_element,
@@ -22,8 +23,7 @@ from agent.fields import (
     render_path,
     value_element,
 )
-from agent.model import FieldPath
-from agent.schema import root_node
+from agent.plan.schema import root_node
 
 # Names with the characters that break naive parsers: dots, colons, slashes, quotes, unicode.
 _names = st.text(alphabet="abcXYZ.:/-_\"'{}é ", min_size=1, max_size=12)

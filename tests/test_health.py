@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.health import HealthServer, Metrics, classify
 from agent.model import ApplyResult, ClusterResult, ObjectKey, Outcome
-from agent.scheduler import backoff_delay
+from agent.run.fleet import backoff_delay
+from agent.run.server import HealthServer, Metrics, classify
 
 
 def _result(cluster: str, *, error: str | None = None, outcomes: tuple[Outcome, ...] = ()) -> ClusterResult:

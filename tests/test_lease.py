@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.cluster import KubeClient
+from agent.dev.process import LocalCluster
 from agent.errors import ClusterError
-from agent.lease import FencedClient, LeaseManager
-from agent.lease_settings import LeaseSettings
-from agent.localcluster import LocalCluster
+from agent.kube.client import KubeClient
+from agent.run.lease import FencedClient, LeaseManager
+from agent.run.lease_settings import LeaseSettings
 from tests.agentkit import unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 from tests.test_daemon_kit import wait_for

@@ -1,4 +1,4 @@
-"""``agent.listjson.each_item`` against ``json.loads``: the same items and members, or an error."""
+"""``agent.kube.listjson.each_item`` against ``json.loads``: the same items and members, or an error."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.listjson import each_item
+from agent.kube.listjson import each_item
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
 _values = st.recursive(

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import localcluster, tools
+from agent.dev import localcluster
+from agent.dev.process import LocalCluster
 from agent.errors import LocalClusterError
-from agent.localcluster import LocalCluster
+from agent.render import binaries as tools
 from tests import clusters
 from tests.clusters import ClusterControl, ClusterPool, TestNamespace, kubectl
 

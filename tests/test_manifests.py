@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 import yaml
 
-from agent import localcluster
-from agent.config import load_config
-from agent.demo import SAMPLE, commit_directory
-from agent.demo import write_config as write_demo_config
-from agent.localcluster import LocalCluster
+from agent.config.load import load_config
+from agent.dev import localcluster
+from agent.dev.demo import SAMPLE, commit_directory
+from agent.dev.demo import write_config as write_demo_config
+from agent.dev.process import LocalCluster
 from agent.model import ClusterResult, Outcome
-from agent.tools import tool
+from agent.render.binaries import tool
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 

@@ -10,11 +10,11 @@ from typing import Any
 import structlog
 import structlog.testing
 
-from agent import events
-from agent.config import load_config
-from agent.fleet import Fleet
-from agent.masking import LAST_APPLIED, MASK, MASK_AFTER, MASK_BEFORE, mask_pair, mask_secret, mask_value
+from agent.config.load import load_config
 from agent.model import ApplyResult, ClusterResult, ObjectKey, Outcome
+from agent.plan.masking import LAST_APPLIED, MASK, MASK_AFTER, MASK_BEFORE, mask_pair, mask_secret, mask_value
+from agent.report import events
+from agent.run.fleet import Fleet
 
 SECRET: dict[str, Any] = {
     "apiVersion": "v1",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agent.normalize import MISSING, canonical_quantity, leaf_equal, parse_quantity, values_equal
-from agent.schema import FallbackNode, SchemaIndex, root_node
+from agent.plan.normalize import MISSING, canonical_quantity, leaf_equal, parse_quantity, values_equal
+from agent.plan.schema import FallbackNode, SchemaIndex, root_node
 
 BUILTIN_CPU = FallbackNode("Deployment", ("spec", "resources", "limits", "cpu"))
 CUSTOM_CPU = FallbackNode("Widget", ("spec", "resources", "limits", "cpu"), typed=False)

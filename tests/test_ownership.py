@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent import localcluster
-from agent.inventory import PART_OF
+from agent.apply.inventory import PART_OF
+from agent.dev import localcluster
 from agent.model import ObjectKey, Outcome
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl

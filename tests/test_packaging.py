@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from agent.errors import LocalClusterError
-from agent.tools import PATH_FALLBACK, tool
+from agent.render.binaries import PATH_FALLBACK, tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from agent.cluster import KubeClient
-from agent.config import DEFAULT_CONFLICT_RULES
+from agent.config.types import DEFAULT_CONFLICT_RULES
+from agent.kube.client import KubeClient
 from agent.model import Action, DesiredObject, Manifest, Provenance
-from agent.plan import PlanOptions, plan_object, request_body, send_body
-from agent.schema import SchemaIndex
+from agent.plan.planner import PlanOptions, plan_object, request_body, send_body
+from agent.plan.schema import SchemaIndex
 from tests.clusters import TestNamespace
 
 pytestmark = pytest.mark.cluster

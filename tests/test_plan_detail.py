@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from agent.model import Action, Change, DesiredObject, Manifest, Provenance
-from agent.plan import IGNORE_FIELDS, plan_object, request_body, send_body
+from agent.plan.planner import IGNORE_FIELDS, plan_object, request_body, send_body
 from tests.test_plan import CASES, _options
 
 

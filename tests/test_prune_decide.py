@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from agent.inventory import PART_OF, PRUNE_APPROVAL, Inventory, Member
+from agent.apply.inventory import PART_OF, PRUNE_APPROVAL, Inventory, Member
+from agent.apply.prune import PruneOptions, decide, handed_over, owns_membership_label, prune_digest
 from agent.model import ObjectKey
-from agent.prune import PruneOptions, decide, handed_over, owns_membership_label, prune_digest
 
 FM = "agent-x"
 ID = "applyset-abc-v1"
@@ -165,7 +165,7 @@ def test_mass_deletion_brake_lifted_only_by_the_exact_digest() -> None:
 
 
 def test_prune_digest_depends_on_members_and_uids_only() -> None:
-    from agent.prune import Candidate
+    from agent.apply.prune import Candidate
 
     a = [Candidate(key("a"), "1", "v1"), Candidate(key("b"), "2", "v1")]
     assert prune_digest(a) == prune_digest(reversed(a))

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from agent import live, localcluster
-from agent.cluster import KubeClient, ResourceInfo
+from agent.dev import localcluster
 from agent.errors import ApiError
-from agent.live import LiveState
+from agent.kube.client import KubeClient, ResourceInfo
 from agent.model import Manifest, ObjectKey, Outcome
-from agent.reconcile import ClusterReconciler
+from agent.reconcile import live
+from agent.reconcile.live import LiveState
+from agent.reconcile.reconciler import ClusterReconciler
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 

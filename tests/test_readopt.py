@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agent import localcluster
+from agent.dev import localcluster
 from agent.model import Outcome
-from agent.tools import tool
+from agent.render.binaries import tool
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from agent.config import HelmSettings
+from agent.config.types import HelmSettings
 from agent.errors import RenderError
 from agent.model import DesiredSet
-from agent.render import RenderCache, RenderSpec, dump_stream, render
-from agent.render_tools import RunResult, run_subprocess
-from agent.tools import tool
+from agent.render.binaries import tool
+from agent.render.renderer import RenderCache, RenderSpec, dump_stream, render
+from agent.render.tools import RunResult, run_subprocess
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 PLAIN_VARS = {"NAMESPACE": "shop", "WEB_REPLICAS": "3", "NGINX_TAG": "1.27"}

@@ -1,6 +1,6 @@
 """The libyaml fast path of YAML parsing, and renders shared between clusters (``RenderCache``, ``Fleet``).
 
-The fast path (``agent.fastyaml``) must give exactly what the pure-Python
+The fast path (``agent.render.fastyaml``) must give exactly what the pure-Python
 loader gives for every stream it accepts, and hand every other stream over;
 the cache must share a render between clusters only when its output cannot
 depend on the cluster, bound what it keeps, and render once for concurrent
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from agent import fastyaml, manifests
-from agent import render as render_module
-from agent.config import HelmSettings
-from agent.manifests import Origin, parse_yaml
+from agent.config.types import HelmSettings
 from agent.model import DesiredSet
-from agent.render import RenderCache, RenderSpec, render
-from agent.tools import tool
+from agent.render import fastyaml, manifests
+from agent.render import renderer as render_module
+from agent.render.binaries import tool
+from agent.render.manifests import Origin, parse_yaml
+from agent.render.renderer import RenderCache, RenderSpec, render
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import HelmSettings
+from agent.config.types import HelmSettings
 from agent.errors import RenderError
 from agent.model import DesiredSet
-from agent.render import RenderSpec, render
-from agent.tools import tool
+from agent.render.binaries import tool
+from agent.render.renderer import RenderSpec, render
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"
 

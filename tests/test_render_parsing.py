@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.manifests import Origin, objects_of, parse_json, parse_yaml
-from agent.substitute import references, substitute
+from agent.render.manifests import Origin, objects_of, parse_json, parse_yaml
+from agent.render.substitute import references, substitute
 
 ORIGIN = Origin("f.yaml")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import RenderError
-from agent.render import RenderSpec, render
-from agent.render_tools import RunResult, kustomize_build, run_subprocess, sandbox_env
-from agent.tools import tool
+from agent.render.binaries import tool
+from agent.render.renderer import RenderSpec, render
+from agent.render.tools import RunResult, kustomize_build, run_subprocess, sandbox_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 KUSTOMIZE = RenderSpec("prod", ("kustomize/overlays/staging",), {})

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent import report as render
-from agent.cli_diff import TerminalProgress, diff
-from agent.diff import new_object, sort_objects
-from agent.diff_fields import diff_objects, scrub, secret_strings
+from agent.cli.diff import TerminalProgress, diff
 from agent.model import ObjectKey
-from agent.report_model import ClusterReport, Mode, ObjectAction, Report, RevisionInfo
+from agent.report import format as render
+from agent.report.diff import new_object, sort_objects
+from agent.report.diff_fields import diff_objects, scrub, secret_strings
+from agent.report.model import ClusterReport, Mode, ObjectAction, Report, RevisionInfo
 from tests.test_report_golden import build_report
 
 ROOT = Path(__file__).resolve().parent.parent

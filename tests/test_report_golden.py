@@ -20,12 +20,13 @@ import jsonschema
 import pytest
 import yaml
 
-from agent.config import DEFAULT_CONFLICT_RULES
-from agent.diff import change_report, new_object, pruned_report, sort_objects
+from agent.config.types import DEFAULT_CONFLICT_RULES
 from agent.model import DesiredObject, ObjectKey, Provenance
-from agent.plan import PlanOptions, expected_object, plan_object
-from agent.report import render_json, render_markdown, render_text
-from agent.report_model import (
+from agent.plan.planner import PlanOptions, expected_object, plan_object
+from agent.plan.schema import SchemaIndex
+from agent.report.diff import change_report, new_object, pruned_report, sort_objects
+from agent.report.format import render_json, render_markdown, render_text
+from agent.report.model import (
     SCHEMA_VERSION,
     ClusterReport,
     Mode,
@@ -34,7 +35,6 @@ from agent.report_model import (
     Report,
     RevisionInfo,
 )
-from agent.schema import SchemaIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "report"

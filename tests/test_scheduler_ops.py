@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent import cli_ops
-from agent.cluster import KubeClient
-from agent.events import events_for
-from agent.inventory import SUSPENDED
+from agent.apply.inventory import SUSPENDED
+from agent.cli import ops as cli_ops
+from agent.kube.client import KubeClient
+from agent.report.events import events_for
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 from tests.test_daemon_kit import cluster_status, configmaps, start_daemon, status, tune, wait_for

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from agent import localcluster
-from agent.localcluster import LocalCluster
+from agent.dev import localcluster
+from agent.dev.process import LocalCluster
 from agent.model import ObjectKey, Outcome
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl

@@ -18,9 +18,9 @@ from gitserver import (  # noqa: F401  (fixtures)
     origin_fixture,
 )
 
-from agent.config import SourceAuth
+from agent.config.types import SourceAuth
 from agent.errors import SourceError
-from agent.gitauth import mask_url, scrub
+from agent.source.auth import mask_url, scrub
 
 PASSWORD = USERS["alice"]
 

@@ -173,12 +173,12 @@ def test_a_corrupt_cache_is_recovered_by_cloning_again(origin: Origin, tmp_path:
 def test_an_interrupted_checkout_never_looks_complete(
     origin: Origin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agent.checkout
+    import agent.source.checkout
 
     origin.commit({f"apps/f{i}.yaml": f"n: {i}\n" for i in range(5)}, "five files")
     source, _ = make_source(origin.url, tmp_path / "cache")
     written: list[Path] = []
-    real = agent.checkout.write_blob
+    real = agent.source.checkout.write_blob
 
     def failing(path: Path, data: bytes, *, executable: bool) -> None:
         if len(written) == 3:
@@ -186,7 +186,7 @@ def test_an_interrupted_checkout_never_looks_complete(
         written.append(path)
         real(path, data, executable=executable)
 
-    monkeypatch.setattr(agent.checkout, "write_blob", failing)
+    monkeypatch.setattr(agent.source.checkout, "write_blob", failing)
     with pytest.raises(OSError):
         source.poll()
     assert not (source.checkouts / origin.head()).exists()
@@ -206,15 +206,15 @@ def test_a_crash_mid_checkout_leaves_only_a_temporary_directory(origin: Origin, 
         import os, signal, sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import agent.checkout
+        import agent.source.checkout
         from gitserver import make_source
-        real, count = agent.checkout.write_blob, [0]
+        real, count = agent.source.checkout.write_blob, [0]
         def crash(path, data, *, executable):
             count[0] += 1
             if count[0] > 2:
                 os.kill(os.getpid(), signal.SIGKILL)
             real(path, data, executable=executable)
-        agent.checkout.write_blob = crash
+        agent.source.checkout.write_blob = crash
         make_source({origin.url!r}, Path({str(cache)!r}))[0].poll()
     """)
     proc = subprocess.run(

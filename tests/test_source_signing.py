@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gitserver import Origin, make_source, origin_fixture  # noqa: F401  (fixture)
 
-from agent.config import SourceVerify
+from agent.config.types import SourceVerify
 from agent.errors import SourceError
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from gitserver import Origin, SshServer, make_source, origin_fixture, ssh_server_fixture  # noqa: F401  (fixtures)
 
-from agent.config import SourceAuth
+from agent.config.types import SourceAuth
 from agent.errors import SourceError
-from agent.gitauth import is_ssh_url, load_credentials
+from agent.source.auth import is_ssh_url, load_credentials
 
 
 def ssh_keygen(path: Path) -> Path:

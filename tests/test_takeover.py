@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from agent.cli_takeover import takeover
-from agent.cluster import KubeClient
-from agent.fields import managed_entries, render_path
+from agent.cli.takeover import takeover
+from agent.kube.client import KubeClient
 from agent.model import Outcome
+from agent.plan.fields import managed_entries, render_path
 from tests.agentkit import Agent, make_repo, outcomes, unique, write_config
 from tests.clusters import TestNamespace, kubectl
 
@@ -144,8 +144,8 @@ def test_readopt_takeover_moves_only_git_declared_paths_from_leftover_managers(
 
 
 def test_takeover_detects_leftovers_by_name_and_by_sole_ownership() -> None:
-    from agent.fields import ManagedEntry
-    from agent.takeover import leftover_reason
+    from agent.plan.fields import ManagedEntry
+    from agent.reconcile.takeover import leftover_reason
 
     def entry(manager: str, op: str = "Update", sub: str = "", paths: Any = frozenset()) -> ManagedEntry:
         return ManagedEntry(manager, op, "v1", sub, paths)

@@ -1,0 +1,1 @@
+"""Writes: server-side apply, the ApplySet inventory, and pruning on positive evidence only."""

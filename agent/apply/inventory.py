@@ -1,0 +1,268 @@
+"""The per-cluster inventory: a KEP-3659 ApplySet parent plus the member list it lacks.
+
+One parent per (agent name, cluster): a ConfigMap named after the agent in the
+agent's namespace *in that cluster*, keyed by the configured agent name (not
+the replica), so a replica that takes over finds the same set. It carries the
+standard ``applyset.kubernetes.io/id`` label and the tooling /
+contains-group-kinds / additional-namespaces annotations, so ``kubectl`` sees
+what the agent owns; members carry ``applyset.kubernetes.io/part-of=<id>``.
+
+ApplySets have no member list, so the parent also stores the identities and
+UIDs of the members we applied (gzip'd JSON in ``binaryData``; 10k members fit
+well under the 1 MiB object limit). Widened before applying, narrowed only
+after pruning (invariant 10). Operator state that must survive restarts
+(suspension, prune approvals) lives in the parent's annotations.
+
+The parent is keyed by agent name only, so two config entries (or two installs
+of one name) serving one cluster would share it and prune each other's objects.
+The parent therefore records which entry it belongs to (``CLAIMED_BY``), set
+atomically by the first entry that creates it (or, for a parent written before
+claims existed, by the first entry that passes after the upgrade); any other
+entry is refused before it writes anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from agent import __version__
+from agent.errors import ApiError, ClusterRefused
+from agent.kube.client import KubeClient, ResourceInfo
+from agent.model import ObjectKey, Refusal
+
+PART_OF = "applyset.kubernetes.io/part-of"
+ID_LABEL = "applyset.kubernetes.io/id"
+TOOLING = "applyset.kubernetes.io/tooling"
+GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
+ADDITIONAL_NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
+SUSPENDED = "gitops-agent.io/suspended"
+PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
+CLAIMED_BY = "gitops-agent.io/claimed-by"
+MEMBERS_KEY = "members.json.gz"
+PARENT_KIND = "ConfigMap"
+
+
+def applyset_id(name: str, namespace: str, kind: str = PARENT_KIND, group: str = "") -> str:
+    """``applyset-<base64url(sha256(name.namespace.Kind.group))>-v1`` exactly as KEP-3659 and kubectl."""
+    digest = hashlib.sha256(f"{name}.{namespace}.{kind}.{group}".encode()).digest()
+    return "applyset-" + base64.urlsafe_b64encode(digest).decode().rstrip("=") + "-v1"
+
+
+@dataclass(frozen=True)
+class Member:
+    key: ObjectKey
+    uid: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        k = self.key
+        return {"group": k.group, "kind": k.kind, "namespace": k.namespace, "name": k.name, "uid": self.uid}
+
+    @classmethod
+    def from_json(cls, d: dict[str, str]) -> Member:
+        return cls(
+            ObjectKey(d.get("group", ""), d["kind"], d.get("namespace", ""), d["name"]), d.get("uid", "")
+        )
+
+
+@dataclass
+class Inventory:
+    """The parent's content as read in this pass; ``exists`` is False before the first apply."""
+
+    name: str
+    namespace: str
+    members: dict[ObjectKey, Member] = field(default_factory=dict)
+    group_kinds: set[str] = field(default_factory=set)
+    annotations: dict[str, str] = field(default_factory=dict)
+    exists: bool = False
+    uid: str = ""
+    resource_version: str = ""
+
+    @property
+    def id(self) -> str:
+        return applyset_id(self.name, self.namespace)
+
+    @property
+    def suspended(self) -> bool:
+        return self.annotations.get(SUSPENDED, "").lower() == "true"
+
+    @property
+    def approved_digest(self) -> str:
+        return self.annotations.get(PRUNE_APPROVAL, "")
+
+    @property
+    def claimed_by(self) -> str:
+        """The config entry this inventory belongs to; ``""`` before the first claim."""
+        return self.annotations.get(CLAIMED_BY, "")
+
+    def keys(self) -> set[ObjectKey]:
+        return set(self.members)
+
+
+class InventoryStore:
+    """Reads and writes one cluster's ApplySet parent with server-side apply.
+
+    ``claimant``: the config entry writing through this store; every write records it.
+    """
+
+    def __init__(
+        self, client: KubeClient, *, name: str, namespace: str, field_manager: str, claimant: str = ""
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.namespace = namespace
+        self.field_manager = field_manager
+        self.claimant = claimant
+
+    @property
+    def id(self) -> str:
+        return applyset_id(self.name, self.namespace)
+
+    def _info(self) -> ResourceInfo:
+        return self.client.resource("v1", PARENT_KIND)
+
+    def load(self) -> Inventory:
+        """Read the parent; any error propagates (an unreadable inventory prunes nothing)."""
+        obj = self.client.get(self._info(), self.namespace, self.name)
+        inv = Inventory(self.name, self.namespace)
+        if obj is None:
+            return inv
+        meta = obj.get("metadata") or {}
+        inv.exists = True
+        inv.uid = meta.get("uid", "")
+        inv.resource_version = meta.get("resourceVersion", "")
+        inv.annotations = dict(meta.get("annotations") or {})
+        inv.group_kinds = {g for g in inv.annotations.get(GROUP_KINDS, "").split(",") if g}
+        blob = (obj.get("binaryData") or {}).get(MEMBERS_KEY)
+        if blob:
+            for d in json.loads(gzip.decompress(base64.b64decode(blob))):
+                m = Member.from_json(d)
+                inv.members[m.key] = m
+        return inv
+
+    def ensure_namespace(self, *, dry_run: bool = False) -> None:
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        self.client.apply(ns, field_manager=self.field_manager, dry_run=dry_run)
+
+    def write(self, members: Iterable[Member], *, extra_annotations: dict[str, str] | None = None) -> None:
+        """Replace the member list (and the group-kinds and namespaces derived from it)."""
+        ordered = sorted(members, key=lambda m: m.key)
+        group_kinds = sorted({m.key.group_kind for m in ordered})
+        namespaces = sorted(
+            {m.key.namespace for m in ordered if m.key.namespace and m.key.namespace != self.namespace}
+        )
+        blob = gzip.compress(
+            json.dumps([m.to_json() for m in ordered], separators=(",", ":")).encode(), mtime=0
+        )
+        annotations = {
+            TOOLING: f"gitops-agent/v{__version__}",
+            GROUP_KINDS: ",".join(group_kinds),
+            ADDITIONAL_NAMESPACES: ",".join(namespaces),
+        }
+        if self.claimant:
+            annotations[CLAIMED_BY] = self.claimant
+        annotations.update(extra_annotations or {})
+        parent = {
+            "apiVersion": "v1",
+            "kind": PARENT_KIND,
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {ID_LABEL: self.id},
+                "annotations": annotations,
+            },
+            "binaryData": {MEMBERS_KEY: base64.b64encode(blob).decode()},
+        }
+        # Force: the parent is ours alone; a stray kubectl edit must not wedge the inventory.
+        self.client.apply(parent, field_manager=self.field_manager, force=True)
+
+    def check_claim(self, inventory: Inventory) -> None:
+        """Raise ``ClusterRefused`` when the parent belongs to another entry than ``claimant``."""
+        other = inventory.claimed_by
+        if not other or other == self.claimant:
+            return
+        raise ClusterRefused(
+            self.claimant,
+            Refusal.CLAIMED,
+            f"entry {self.claimant!r} refused: this cluster's inventory (ApplySet parent ConfigMap "
+            f"{self.namespace}/{self.name}) belongs to entry {other!r} ({CLAIMED_BY}), so entries "
+            f"{other!r} and {self.claimant!r} (of this config, or of another install named "
+            f"{self.name!r}) serve one cluster and would prune each other's objects; nothing was "
+            "applied, pruned or written there. Serve the cluster from one entry (list both teams' "
+            "paths in it), or give the other install its own [agent] name. If the entry was only "
+            f"renamed, move the claim: kubectl annotate configmap {self.name} -n {self.namespace} "
+            f"{CLAIMED_BY}={self.claimant} --overwrite",
+        )
+
+    def claim(self, inventory: Inventory) -> Inventory:
+        """The parent claimed by ``claimant`` before this pass's first write; the parent as it now is.
+
+        Both ways of claiming are atomic, so of two entries racing only one wins and the other
+        is refused (``check_claim`` on the parent read again): an absent parent is created
+        (POST: 409 for the loser) with only its label and the claim; a parent written before
+        claims existed gets the claim under a ``resourceVersion`` precondition (409 if it
+        changed since it was read).
+        """
+        assert self.claimant, "claiming needs the claiming entry's name"
+        self.check_claim(inventory)
+        if inventory.claimed_by == self.claimant:
+            return inventory
+        info = self._info()
+        try:
+            if inventory.exists:
+                patch = {
+                    "metadata": {
+                        "resourceVersion": inventory.resource_version,
+                        "annotations": {CLAIMED_BY: self.claimant},
+                    }
+                }
+                self.client.patch(info, self.namespace, self.name, patch, field_manager=self.field_manager)
+            else:
+                self.ensure_namespace()
+                parent = {
+                    "apiVersion": "v1",
+                    "kind": PARENT_KIND,
+                    "metadata": {
+                        "name": self.name,
+                        "namespace": self.namespace,
+                        "labels": {ID_LABEL: self.id},
+                        "annotations": {TOOLING: f"gitops-agent/v{__version__}", CLAIMED_BY: self.claimant},
+                    },
+                }
+                self.client.create(info, parent, field_manager=self.field_manager)
+        except ApiError as e:
+            if e.status != 409:  # 409: another writer came first; what it wrote decides below
+                raise
+        fresh = self.load()
+        self.check_claim(fresh)
+        if fresh.claimed_by != self.claimant:  # changed again in between: not ours to write
+            changed = "the ApplySet parent changed while it was being claimed"
+            raise ApiError(self.claimant, 409, changed, reason="Conflict")
+        return fresh
+
+    def set_annotation(self, key: str, value: str | None) -> None:
+        """Operator state (suspend, approvals) via a plain merge patch: it must not touch members."""
+        info = self._info()
+        self.client.patch(
+            info,
+            self.namespace,
+            self.name,
+            {"metadata": {"annotations": {key: value}}},
+            field_manager=f"{self.field_manager}-operator",
+        )
+
+
+def widen(inv: Inventory, keys: Iterable[ObjectKey]) -> list[Member]:
+    """Members after adding ``keys`` (before applying: a crash then never loses track)."""
+    merged = dict(inv.members)
+    for k in keys:
+        merged.setdefault(k, Member(k))
+    return list(merged.values())
+
+
+def record_uids(members: Iterable[Member], uids: dict[ObjectKey, str]) -> list[Member]:
+    return [Member(m.key, uids.get(m.key) or m.uid) for m in members]

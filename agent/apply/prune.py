@@ -1,0 +1,300 @@
+"""Decide and carry out deletions, only on positive evidence.
+
+``decide`` is pure: from the inventory, the desired keys, this pass's live
+listings and their completeness, it returns what may be deleted, what must be
+orphaned, what is kept and why, or a refusal of the whole prune. ``execute``
+performs the decision against the cluster. ``reconcile`` calls both after
+applying.
+
+An object is deleted only if (invariant 1) it is in this cluster's inventory,
+carries our part-of label, that label is owned by our field manager's Apply
+entry, its kind was listed completely in this pass, and it is absent from a
+desired set that rendered without error. Everything else prunes nothing:
+a failed or partial listing, an empty render without ``allow_empty``
+(invariant 2), a set beyond the mass-deletion brake without the approval of
+that exact set's digest (invariant 3). ``gitops-agent.io/prune: disabled``
+orphans instead of deleting, without changing the object's content
+(invariant 9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.apply.inventory import PART_OF, Inventory
+from agent.apply.ssa import phase_of
+from agent.errors import ApiError
+from agent.kube.client import KubeClient
+from agent.model import ApplyResult, Manifest, ObjectKey, Outcome
+
+PRUNE_ANNOTATION = "gitops-agent.io/prune"
+RECONCILE_ANNOTATION = "gitops-agent.io/reconcile"
+DISABLED = "disabled"
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    field_manager: str
+    inventory_id: str
+    #: `prune = false` in config: nothing is ever deleted.
+    enabled: bool = True
+    allow_empty: bool = False
+    max_prune_fraction: float = 0.5
+    brake_min_inventory: int = 10
+    max_prune: int | None = None
+    propagation: str = "background"
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Candidate:
+    key: ObjectKey
+    uid: str
+    api_version: str
+
+
+@dataclass
+class PruneDecision:
+    """What this pass may do about objects that left Git."""
+
+    delete: list[Candidate] = field(default_factory=list)
+    orphan: list[Candidate] = field(default_factory=list)
+    #: Still owned and kept (guard failed for this object); stays in the inventory.
+    kept: dict[ObjectKey, str] = field(default_factory=dict)
+    #: Gone already (or no longer ours): dropped from the inventory.
+    gone: set[ObjectKey] = field(default_factory=set)
+    #: A refusal of every deletion in this pass, in users' words.
+    refused: str | None = None
+    digest: str = ""
+
+
+def prune_digest(candidates: Iterable[Candidate]) -> str:
+    """Names an exact prune set; an approval is valid for this set only."""
+    lines = sorted(f"{c.key}|{c.uid}" for c in candidates)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def owns_membership_label(live: Manifest, field_manager: str) -> bool:
+    """Is the part-of label ours by Apply? A restore tool's or a user's copy is not evidence."""
+    for entry in (live.get("metadata") or {}).get("managedFields") or []:
+        if (
+            entry.get("manager") != field_manager
+            or entry.get("operation") != "Apply"
+            or entry.get("subresource")
+        ):
+            continue
+        labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+        if f"f:{PART_OF}" in labels:
+            return True
+    return False
+
+
+def decide(
+    inventory: Inventory,
+    desired: set[ObjectKey],
+    live: Mapping[ObjectKey, Manifest],
+    listed_complete: Mapping[tuple[str, str], bool],
+    options: PruneOptions,
+    *,
+    render_empty: bool,
+) -> PruneDecision:
+    """Pure: which inventory members that left Git may go, and which guard stops the rest."""
+    d = PruneDecision()
+    leaving = sorted(k for k in inventory.members if k not in desired)
+    if not leaving:
+        return d
+    incomplete = sorted(f"{k}.{g}" if g else k for (g, k), ok in listed_complete.items() if not ok)
+    if incomplete:
+        d.refused = (
+            f"not pruning: the live listing of {', '.join(incomplete)} failed or was incomplete"
+            " (unknown is not absent)"
+        )
+    elif render_empty and not options.allow_empty:
+        d.refused = "not pruning: the render is empty and allow_empty is false"
+    elif not options.enabled:
+        d.refused = "not pruning: prune = false for this cluster"
+    if d.refused:
+        d.kept = {k: d.refused for k in leaving}
+        return d
+    for key in leaving:
+        if (key.group, key.kind) not in listed_complete:
+            d.kept[key] = "its kind was not listed in this pass"
+            continue
+        obj = live.get(key)
+        if obj is None:
+            d.gone.add(key)
+            continue
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        # A UID other than the recorded one is no evidence either way: a pass killed between
+        # re-creating an object and narrowing the inventory leaves the old UID behind. Ownership
+        # of the label by our Apply entry is the evidence (a restore tool's copy fails it), and
+        # the delete's UID precondition uses the UID this pass listed.
+        if (meta.get("labels") or {}).get(PART_OF) != options.inventory_id:
+            d.gone.add(key)  # someone took it out of the set: no longer ours to track
+        elif annotations.get(RECONCILE_ANNOTATION) == DISABLED:
+            d.kept[key] = f"{RECONCILE_ANNOTATION}: {DISABLED}"
+        elif not owns_membership_label(obj, options.field_manager):
+            d.kept[key] = (
+                "our Apply entry does not own its membership label (restored or edited); not deleting"
+            )
+        elif annotations.get(PRUNE_ANNOTATION) == DISABLED:
+            d.orphan.append(Candidate(key, meta.get("uid", ""), obj.get("apiVersion", "")))
+        else:
+            d.delete.append(Candidate(key, meta.get("uid", ""), obj.get("apiVersion", "")))
+    d.digest = prune_digest(d.delete)
+    size = len(inventory.members)
+    n = len(d.delete)
+    over_fraction = size >= options.brake_min_inventory and n / max(size, 1) > options.max_prune_fraction
+    over_count = options.max_prune is not None and n > options.max_prune
+    if (over_fraction or over_count) and inventory.approved_digest != d.digest:
+        limit = (
+            f"more than {options.max_prune}"
+            if over_count
+            else f"{n}/{size} > {options.max_prune_fraction:.0%} of the inventory"
+        )
+        d.refused = (
+            f"mass-deletion brake: {n} deletions ({limit}); approve this exact set with "
+            f"`gitops-agent prune approve --config <file> --cluster <name> --digest {d.digest}`"
+        )
+        for c in d.delete:
+            d.kept[c.key] = d.refused
+        d.delete = []
+    return d
+
+
+def execute(client: KubeClient, decision: PruneDecision, options: PruneOptions) -> list[ApplyResult]:
+    """Orphan, then delete in reverse apply order; a failed delete stays in the inventory."""
+    results = [_orphan(client, c, options) for c in decision.orphan]
+    for c in sorted(decision.delete, key=lambda c: (-phase_of(c.key), c.key)):
+        results.append(_delete(client, c, options))
+    for key, why in sorted(decision.kept.items()):
+        results.append(ApplyResult(key, Outcome.PRUNE_SKIPPED, message=why))
+    return results
+
+
+def _delete(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyResult:
+    try:
+        info = client.resource(c.api_version, c.key.kind)
+        if blocker := _still_holds_foreign(client, c):
+            return ApplyResult(c.key, Outcome.PRUNE_SKIPPED, message=blocker, uid=c.uid)
+        client.delete(
+            info,
+            c.key.namespace or None,
+            c.key.name,
+            uid=c.uid or None,
+            propagation=options.propagation.capitalize(),
+            dry_run=options.dry_run,
+        )
+    except ApiError as e:
+        if e.status == 404:
+            return ApplyResult(c.key, Outcome.PRUNED, message="already gone", uid=c.uid)
+        return ApplyResult(
+            c.key, Outcome.FAILED, status=e.status, message=f"delete refused: {e.api_message}", uid=c.uid
+        )
+    return ApplyResult(c.key, Outcome.PRUNED, uid=c.uid)
+
+
+#: What the control plane itself creates in every namespace: not a reason to keep one.
+_NAMESPACE_DEFAULTS = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
+
+
+def _still_holds_foreign(client: KubeClient, c: Candidate) -> str:
+    """A Namespace or CRD that still holds objects we do not own is reported, not deleted."""
+    if c.key.group == "" and c.key.kind == "Namespace":
+        seen: set[tuple[str, str]] = set()
+        for info in client.discovery().all():
+            if not info.namespaced or "list" not in info.verbs or (info.group, info.kind) in seen:
+                continue
+            if info.kind == "Event":
+                continue
+            seen.add((info.group, info.kind))
+            try:
+                page = client.request("GET", info.base_path(c.key.name), query={"limit": "50"})
+            except ApiError:
+                return f"could not check what namespace {c.key.name} holds; not deleting"
+            for it in page.get("items") or []:
+                meta = it.get("metadata") or {}
+                if (
+                    PART_OF not in (meta.get("labels") or {})
+                    and (info.kind, meta.get("name")) not in _NAMESPACE_DEFAULTS
+                ):
+                    name = meta.get("name")
+                    return f"namespace still holds {info.kind} {name} that we do not own; not deleting"
+    if (c.key.group, c.key.kind) == ("apiextensions.k8s.io", "CustomResourceDefinition"):
+        crd = client.get(client.resource(c.api_version, c.key.kind), None, c.key.name) or {}
+        spec = crd.get("spec") or {}
+        for v in spec.get("versions") or []:
+            if not v.get("storage"):
+                continue
+            served = client.discovery(refresh=True).find(
+                f"{spec.get('group')}/{v.get('name')}", (spec.get("names") or {}).get("kind", "")
+            )
+            if served is None:
+                continue
+            for it in client.list(served).items:
+                if PART_OF not in ((it.get("metadata") or {}).get("labels") or {}):
+                    name = (it.get("metadata") or {}).get("name")
+                    return f"CRD still has custom resources we do not own ({name}); not deleting"
+    return ""
+
+
+def _orphan(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyResult:
+    """Stop owning without changing content: drop our label and hand our fields over."""
+    try:
+        info = client.resource(c.api_version, c.key.kind)
+        live = client.get(info, c.key.namespace or None, c.key.name)
+        if live is None:
+            return ApplyResult(c.key, Outcome.ORPHANED, message="already gone")
+        meta = live["metadata"]
+        patch: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {"op": "remove", "path": "/metadata/labels/" + PART_OF.replace("~", "~0").replace("/", "~1")},
+            {
+                "op": "replace",
+                "path": "/metadata/managedFields",
+                "value": handed_over(meta.get("managedFields") or [], options.field_manager),
+            },
+        ]
+        if not options.dry_run:
+            client.patch(
+                info,
+                c.key.namespace or None,
+                c.key.name,
+                patch,
+                patch_type="json",
+                field_manager=f"{options.field_manager}-orphan",
+            )
+    except ApiError as e:
+        return ApplyResult(
+            c.key, Outcome.FAILED, status=e.status, message=f"orphaning failed: {e.api_message}"
+        )
+    return ApplyResult(
+        c.key,
+        Outcome.ORPHANED,
+        message=f"{PRUNE_ANNOTATION}: {DISABLED}; left in place, no longer tracked",
+        uid=c.uid,
+    )
+
+
+def handed_over(entries: list[dict[str, Any]], field_manager: str) -> list[dict[str, Any]]:
+    """managedFields with our Apply entry turned into an Update entry of ``<fm>-orphaned``.
+
+    As kubectl's client-side→server-side upgrade does, ownership moves by editing
+    managedFields, not by an apply that omits fields (which would delete those we
+    alone own). The fields stay; a later apply by anyone can take them over.
+    """
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        if e.get("manager") == field_manager and e.get("operation") == "Apply" and not e.get("subresource"):
+            fields = json.loads(json.dumps(e.get("fieldsV1") or {}))
+            labels = (fields.get("f:metadata") or {}).get("f:labels")
+            if isinstance(labels, dict):
+                labels.pop(f"f:{PART_OF}", None)
+            e = {**e, "manager": f"{field_manager}-orphaned", "operation": "Update", "fieldsV1": fields}
+        out.append(e)
+    return out

@@ -1,0 +1,217 @@
+"""Apply a plan to one cluster with server-side apply, object by object.
+
+Called by ``reconcile`` after the inventory was widened. Only the plan's body
+is sent (yielded paths already removed), with our field manager, ``force``
+only when the plan forces, and the ``resourceVersion`` the plan was made from,
+so a write in between fails with 409 and the object is re-planned from a
+fresh read (bounded) in the same pass. The re-plan also gets the 409's
+``FieldManagerConflict`` causes: the server may name owners the object does
+not show (``before-first-apply`` after managedFields were cleared), and the
+conflict rules decide those too (``causes``). Never PUT, never a
+read-modify-written copy (invariant 4).
+
+Order: Namespaces, then CRDs (waiting until Established and refreshing
+discovery), then other cluster-scoped objects, then namespaced ones; objects
+of one phase go in parallel on the cluster's own bounded pool. One rejected
+object is a ``FAILED`` result and the rest go on (invariant 6); only a
+cluster-level failure (no answer, credentials refused) ends the pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from agent.errors import ApiError, StatusCause
+from agent.kube.client import KubeClient
+from agent.model import Action, ApplyResult, Change, Manifest, ObjectKey, Outcome
+
+RECREATE_ANNOTATION = "gitops-agent.io/recreate"
+RECREATE_ON_IMMUTABLE = "on-immutable-change"
+CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
+
+#: Re-plan one object from a fresh read and the 409's causes (the owners the server named).
+Replanner = Callable[[ObjectKey, Manifest | None, tuple[StatusCause, ...]], Change]
+#: The request body of a change: the plan masks Secret values, only this puts them back.
+BodyFor = Callable[[Change], Manifest | None]
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    #: Our field manager: the only owner we write as.
+    field_manager: str
+    #: Send every request with ``dryRun=All``: the pass changes nothing.
+    dry_run: bool = False
+    #: Objects applied at once within a phase (per cluster); the pass passes the cluster's setting.
+    concurrency: int = 8
+    #: Seconds to wait for a CRD applied in this pass to become Established.
+    crd_wait: float = 60.0
+    #: Re-plans after a 409 before the object is reported failed.
+    conflict_retries: int = 3
+
+
+def phase_of(key: ObjectKey) -> int:
+    """Apply order; deletion uses the reverse."""
+    if key.group == "" and key.kind == "Namespace":
+        return 0
+    if (key.group, key.kind) == CRD_KEY:
+        return 1
+    return 2 if not key.namespace else 3
+
+
+def cluster_level(e: ApiError) -> bool:
+    """Failures that say nothing about the object and everything about the cluster."""
+    return e.status in (0, 401) or (e.status == 403 and "cannot" not in e.api_message)
+
+
+def apply_changes(
+    client: KubeClient, changes: Sequence[Change], options: ApplyOptions, replan: Replanner, body_for: BodyFor
+) -> list[ApplyResult]:
+    """Apply every change phase by phase; returns one result per change."""
+    results: list[ApplyResult] = []
+    by_phase: dict[int, list[Change]] = {}
+    for c in changes:
+        by_phase.setdefault(phase_of(c.key), []).append(c)
+    with ThreadPoolExecutor(
+        max_workers=max(1, options.concurrency), thread_name_prefix=f"apply-{client.name}"
+    ) as pool:
+        for phase in sorted(by_phase):
+            batch = sorted(by_phase[phase], key=lambda c: c.key)
+            # Changes that send nothing are answered here: a pool round trip per unchanged
+            # object was most of a steady-state pass's apply time.
+            sends = [i for i, c in enumerate(batch) if _sends(c)]
+            sent = dict(
+                zip(
+                    sends,
+                    pool.map(
+                        lambda c: _apply_one(client, c, options, replan, body_for), [batch[i] for i in sends]
+                    ),
+                    strict=True,
+                )
+            )
+            phase_results = [
+                sent[i] if i in sent else _apply_one(client, c, options, replan, body_for)
+                for i, c in enumerate(batch)
+            ]
+            results.extend(phase_results)
+            if phase == 1 and not options.dry_run:
+                _wait_established(
+                    client,
+                    [r for r in phase_results if r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)],
+                    options,
+                )
+    return results
+
+
+def _sends(change: Change) -> bool:
+    """Whether ``_apply_one`` would send a request for ``change`` (else it answers at once)."""
+    return change.action not in (Action.NOOP, Action.SKIP, Action.CONFLICT) and change.body is not None
+
+
+def _apply_one(
+    client: KubeClient, change: Change, options: ApplyOptions, replan: Replanner, body_for: BodyFor
+) -> ApplyResult:
+    for attempt in range(options.conflict_retries + 1):
+        if change.action is Action.NOOP:
+            return ApplyResult(change.key, Outcome.UNCHANGED, uid=change.uid)
+        if change.action is Action.CONFLICT:
+            # Every differing field is yielded to its owner: nothing to send.
+            return ApplyResult(change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid)
+        if change.action is Action.SKIP or change.body is None:
+            return ApplyResult(change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid)
+        try:
+            return _send(client, change, body_for(change), options)
+        except ApiError as e:
+            if cluster_level(e):
+                raise
+            if e.status == 409 and attempt < options.conflict_retries:
+                change = _fresh(client, change, replan, e.causes)
+                continue
+            if e.status == 422 and "immutable" in e.api_message:
+                return _immutable(client, change, body_for(change), options, e)
+            return ApplyResult(change.key, Outcome.FAILED, status=e.status, message=e.api_message or str(e))
+    return ApplyResult(
+        change.key, Outcome.FAILED, status=409, message="conflicting writes: gave up after re-planning"
+    )
+
+
+def _send(client: KubeClient, change: Change, body: Manifest | None, options: ApplyOptions) -> ApplyResult:
+    assert body is not None
+    if change.resource_version and change.action is not Action.CREATE:
+        body = copy.copy(body)
+        body["metadata"] = {**body.get("metadata", {}), "resourceVersion": change.resource_version}
+    out = client.apply(body, field_manager=options.field_manager, force=change.force, dry_run=options.dry_run)
+    outcome = Outcome.CREATED if change.action is Action.CREATE else Outcome.CONFIGURED
+    uid = (out.get("metadata") or {}).get("uid") if out else None
+    return ApplyResult(change.key, outcome, message=change.reason, uid=uid)
+
+
+def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[StatusCause, ...]) -> Change:
+    info = client.resource(change.api_version, change.key.kind)
+    live = client.get(info, change.key.namespace or None, change.key.name)
+    return replan(change.key, live, causes)
+
+
+def _immutable(
+    client: KubeClient, change: Change, body: Manifest | None, options: ApplyOptions, error: ApiError
+) -> ApplyResult:
+    """Recreate only when the object asks for it; otherwise report the field."""
+    assert body is not None
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(RECREATE_ANNOTATION) != RECREATE_ON_IMMUTABLE or change.action is Action.CREATE:
+        return ApplyResult(
+            change.key,
+            Outcome.FAILED,
+            status=422,
+            message=f"immutable field changed: {error.api_message} "
+            f"(annotate {RECREATE_ANNOTATION}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)",
+        )
+    if options.dry_run:
+        return ApplyResult(
+            change.key, Outcome.CONFIGURED, message="would delete and re-create (immutable field)"
+        )
+    info = client.resource(change.api_version, change.key.kind)
+    ns = change.key.namespace or None
+    client.delete(info, ns, change.key.name, uid=change.uid, propagation="Foreground")
+    deadline = time.monotonic() + 60
+    while client.get(info, ns, change.key.name) is not None:
+        if time.monotonic() > deadline:
+            return ApplyResult(
+                change.key,
+                Outcome.FAILED,
+                status=422,
+                message="deleted for re-create but still present after 60s",
+            )
+        time.sleep(0.2)
+    body = copy.deepcopy(body)
+    body.get("metadata", {}).pop("resourceVersion", None)
+    out = client.apply(body, field_manager=options.field_manager, force=change.force)
+    return ApplyResult(
+        change.key,
+        Outcome.CREATED,
+        message="re-created: an immutable field changed",
+        uid=(out.get("metadata") or {}).get("uid"),
+    )
+
+
+def _wait_established(client: KubeClient, crds: list[ApplyResult], options: ApplyOptions) -> None:
+    """Custom resources of a CRD applied in this pass need the CRD served first."""
+    if not crds:
+        return
+    info = client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    deadline = time.monotonic() + options.crd_wait
+    pending = {r.key.name for r in crds}
+    while pending and time.monotonic() < deadline:
+        for name in sorted(pending):
+            obj = client.get(info, None, name) or {}
+            conds = (obj.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
+                pending.discard(name)
+        if pending:
+            time.sleep(0.2)
+    # A CRD still not Established is not fatal for the pass: its custom resources
+    # fail one by one (kind not served) and every other object still applies.
+    client.discovery(refresh=True)

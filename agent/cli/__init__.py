@@ -1,0 +1,1 @@
+"""The ``gitops-agent`` command line."""

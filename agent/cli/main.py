@@ -1,0 +1,271 @@
+"""The ``gitops-agent`` command line (click).
+
+Commands are thin: they load the config (exit 2 on any config error, before
+any cluster is touched), build the stages and print results. Exit codes:
+0 success, 1 some cluster or object failed, 2 bad input or configuration.
+Standard output holds only a command's product (YAML, a report, a table); the
+group sets up logging on stderr for every command (``cli_common``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from agent import __version__
+from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load
+from agent.config.types import Config
+from agent.errors import AgentError, LocalClusterError, RenderError, SourceError
+from agent.report.summary import format_summary
+
+_LOG_FORMATS = click.Choice(["console", "json"])
+_LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gitops-agent")
+@click.option(
+    "--log-format", type=_LOG_FORMATS, default=None, help="Logs (on stderr) of any command; default [agent]."
+)
+@click.option("--log-level", type=_LOG_LEVELS, default=None, help="Of any command; default [agent].")
+def main(log_format: str | None, log_level: str | None) -> None:
+    """Pull-based GitOps agent: render Git per cluster, diff by field owner, apply with server-side apply."""
+    # Before the command runs, so nothing it logs can reach stdout; commands refine the
+    # settings from their config (`configure_logging` reads these flags back from the root).
+    configure_logging()
+
+
+# -- run ------------------------------------------------------------------------
+
+
+def _source(cfg: Config):  # type: ignore[no-untyped-def]
+    from agent.source.git import GitSource
+
+    return GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git")
+
+
+@main.command()
+@click.option(
+    "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
+)
+@click.option("--once", is_flag=True, help="One pass over every cluster, then exit (0 all ok, 1 any failed).")
+@click.option("--dry-run", is_flag=True, help="With --once: every write sent with dryRun=All.")
+@click.option("--cluster", "clusters", multiple=True, help="With --once: only these clusters (repeatable).")
+@click.option("--log-format", type=_LOG_FORMATS, default=None)
+@click.option("--log-level", type=_LOG_LEVELS, default=None)
+def run(
+    config_file: str,
+    once: bool,
+    dry_run: bool,
+    clusters: tuple[str, ...],
+    log_format: str | None,
+    log_level: str | None,
+) -> None:
+    """Reconcile every configured cluster from Git (forever, or --once)."""
+    from agent.run.fleet import Fleet
+    from agent.run.scheduler import Daemon
+
+    if not once and (dry_run or clusters):
+        # The daemon reconciles every configured cluster for real: running it with a flag it
+        # would ignore must not write where the user asked for a dry run or a subset.
+        given = " and ".join(f for f, on in (("--dry-run", dry_run), ("--cluster", bool(clusters))) if on)
+        raise click.UsageError(f"{given} apply to one pass: add --once (the daemon honours neither)")
+    # One pass takes no Lease; the daemon does (from the management cluster).
+    cfg = load(config_file, clusters, access=True, management=not once)
+    configure_logging(cfg, log_format=log_format, log_level=log_level)
+    source = _source(cfg)
+    fleet = Fleet(cfg)
+    if not once:
+        Daemon(cfg, source, fleet).run_forever()
+        return
+    try:
+        revision = source.poll()
+    except SourceError as e:
+        click.echo(f"source error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    results = fleet.reconcile_all(revision, dry_run=dry_run, only=clusters or None)
+    click.echo(format_summary(results))
+    fleet.close()
+    sys.exit(0 if all(r.ok for r in results) else EXIT_FAILED)
+
+
+# -- render ---------------------------------------------------------------------
+
+
+@main.command("render")
+@click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--cluster", "cluster_name", required=True, help="Cluster whose desired state to print.")
+@click.option("--revision", default=None, help="Git ref or commit to render (default: the configured ref).")
+@click.option(
+    "--path",
+    "tree",
+    default=None,
+    type=click.Path(file_okay=False, exists=True),
+    help="Root of a local checkout to render instead of fetching (e.g. a PR's working tree).",
+)
+def render_cmd(config_file: str, cluster_name: str, revision: str | None, tree: str | None) -> None:
+    """Print the rendered YAML stream of one cluster (deterministic; needs no cluster access)."""
+    from agent.reconcile.reconciler import render_spec
+    from agent.render.renderer import dump_stream, render
+
+    cfg = load(config_file, [cluster_name])
+    configure_logging(cfg)
+    cluster = cfg.cluster(cluster_name)
+    if revision and tree:
+        raise click.UsageError("give --revision or --path, not both")
+    try:
+        if tree:
+            root, sha = Path(tree).resolve(), ""
+        else:
+            src = _source(cfg)
+            rev = src.resolve(revision) if revision else src.poll()
+            root, sha = rev.tree, rev.sha
+        desired = render(root, render_spec(cluster), revision=sha)
+    except RenderError as e:
+        click.echo(str(e), err=True)
+        sys.exit(EXIT_USAGE)
+    except SourceError as e:
+        click.echo(f"source error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(dump_stream(desired), nl=False)
+
+
+# -- prune ----------------------------------------------------------------------
+
+
+@main.group("prune")
+def prune_group() -> None:
+    """Operator decisions about deletions the agent refused on its own."""
+
+
+@prune_group.command("approve")
+@click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--cluster", "cluster_name", required=True)
+@click.option(
+    "--digest", required=True, help="The digest the mass-deletion brake reported for the exact prune set."
+)
+def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
+    """Approve one exact prune set that the mass-deletion brake stopped (any change to the set voids it)."""
+    from agent.apply.inventory import PRUNE_APPROVAL, InventoryStore
+    from agent.reconcile.reconciler import ClusterReconciler
+
+    cfg = load(config_file, [cluster_name], access=True)
+    configure_logging(cfg)
+    cluster = cfg.cluster(cluster_name)
+    if not digest.isalnum():
+        raise click.BadParameter("a digest is hexadecimal, as printed by the refusal", param_hint="--digest")
+    rec = ClusterReconciler(cfg, cluster)
+    try:
+        store: InventoryStore = rec.store
+        if not store.load().exists:
+            click.echo(f"cluster {cluster_name!r} has no inventory yet: nothing to approve", err=True)
+            sys.exit(EXIT_FAILED)
+        store.set_annotation(PRUNE_APPROVAL, digest)
+    except AgentError as e:
+        click.echo(f"prune approve: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    finally:
+        rec.close()
+    click.echo(
+        f"approved prune set {digest} for cluster {cluster_name}; the next pass deletes exactly that set"
+    )
+
+
+# -- local control plane --------------------------------------------------------
+
+
+@main.group("local-cluster")
+def local_cluster() -> None:
+    """A real local control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos."""
+
+
+_state_dir = click.option(
+    "--state-dir",
+    default="~/.cache/gitops-agent/clusters",
+    show_default=True,
+    help="Where certificates, data pointers, logs and kubeconfigs live.",
+)
+
+
+@local_cluster.command("start")
+@click.option("--name", required=True)
+@_state_dir
+def lc_start(name: str, state_dir: str) -> None:
+    """Start NAME (a restart if it ran before); prints the admin kubeconfig path last."""
+    from agent.dev import localcluster
+
+    try:
+        lc = localcluster.start(name, Path(state_dir).expanduser())
+    except LocalClusterError as e:
+        click.echo(f"local-cluster: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(str(lc.kubeconfig))
+
+
+@local_cluster.command("stop")
+@click.option("--name", required=True)
+@_state_dir
+def lc_stop(name: str, state_dir: str) -> None:
+    """Stop NAME (thawing it first if frozen); deletes nothing."""
+    from agent.dev import localcluster
+
+    try:
+        localcluster.stop(name, Path(state_dir).expanduser())
+    except LocalClusterError as e:
+        click.echo(f"local-cluster: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@local_cluster.command("token")
+@click.option("--name", required=True)
+@_state_dir
+@click.option(
+    "--service-account", required=True, help="NAMESPACE/NAME of the ServiceAccount (created if missing)."
+)
+def lc_token(name: str, state_dir: str, service_account: str) -> None:
+    """Print the path of a kubeconfig that authenticates with a (revocable) ServiceAccount token."""
+    from agent.dev import localcluster
+
+    if service_account.count("/") != 1:
+        raise click.BadParameter("expected NAMESPACE/NAME", param_hint="--service-account")
+    try:
+        path = localcluster.token(name, Path(state_dir).expanduser(), service_account)
+    except LocalClusterError as e:
+        click.echo(f"local-cluster: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(str(path))
+
+
+# -- demo -----------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--state-dir", default="~/.cache/gitops-agent/demo", show_default=True)
+@click.option("--keep", is_flag=True, help="Leave the two clusters running afterwards.")
+def demo(state_dir: str, keep: bool) -> None:
+    """Two local clusters, a sample repo, a reconcile, a new commit, another reconcile."""
+    from agent.dev import demo as demo_mod
+
+    configure_logging(quiet=True)
+    try:
+        ok = demo_mod.run_demo(Path(state_dir).expanduser(), keep=keep, echo=click.echo)
+    except AgentError as e:
+        click.echo(f"demo failed: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    sys.exit(0 if ok else EXIT_FAILED)
+
+
+# -- commands defined next to the stage they drive --------------------------------
+
+from agent.cli.diff import diff  # noqa: E402 (registered after `main` exists)
+from agent.cli.ops import resume, status, suspend, sync  # noqa: E402
+from agent.cli.takeover import takeover  # noqa: E402
+
+for _command in (diff, takeover, suspend, resume, sync, status):
+    main.add_command(_command)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,241 @@
+"""Operator commands: ``suspend``, ``resume``, ``sync`` and ``status`` (click).
+
+Registered on ``gitops-agent`` by ``agent.cli``. ``suspend``/``resume`` write
+the ``gitops-agent.io/suspended`` annotation on the cluster's ApplySet parent
+(in that cluster), so the state survives agent restarts and replica
+changes: every pass reads it first and, while it is set, changes nothing
+there. ``sync`` asks the running agent (``POST /sync?cluster=NAME`` on
+``[agent] listen``) for a pass now; when no agent answers there it runs one
+pass itself (taking the cluster's Lease first when Leases are configured).
+``status`` prints the per-cluster table of the running agent's ``/status``.
+Only what reaches a cluster from this process needs its kubeconfig to exist
+(``cli_common.require_access``): ``status`` and a ``sync`` the agent takes
+work from a machine without them.
+Exit codes as ``cli``: 0 ok, 1 failed, 2 bad input or configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load, require_access
+from agent.config.types import ClusterConfig, Config
+from agent.errors import AgentError, ApiError
+
+_config = click.option(
+    "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
+)
+_cluster = click.option("--cluster", "cluster_name", required=True, help="Cluster name from the config.")
+
+
+def agent_url(cfg: Config) -> str:
+    """Where the running agent listens; a wildcard bind is reached on loopback."""
+    if not cfg.agent.listen:
+        return ""
+    host, _, port = cfg.agent.listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def _call(url: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, Any]:
+    """(status, decoded JSON) from the agent; raises ``OSError`` when nothing answers."""
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        body = e.read()
+        try:
+            return e.code, json.loads(body)
+        except ValueError:
+            return e.code, {"error": body.decode(errors="replace")}
+
+
+# -- suspend / resume -------------------------------------------------------------
+
+
+def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool) -> str:
+    """Write (or remove) the annotation on the cluster's ApplySet parent; returns what happened."""
+    from agent.apply.inventory import SUSPENDED, InventoryStore
+    from agent.kube.client import KubeClient
+
+    client = KubeClient.from_config(cluster)
+    try:
+        store = InventoryStore(
+            client,
+            name=cfg.agent.name,
+            namespace=cfg.agent.namespace,
+            field_manager=cfg.field_manager(cluster),
+        )
+        try:
+            store.set_annotation(SUSPENDED, "true" if suspended else None)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            if not suspended:
+                return "not suspended (the agent never wrote to this cluster)"
+            # No parent yet: create it empty, with the annotation, before any agent applies anything.
+            store.ensure_namespace()
+            store.write([], extra_annotations={SUSPENDED: "true"})
+        return "suspended" if suspended else "resumed"
+    finally:
+        client.close()
+
+
+def _suspend_or_resume(config_file: str, cluster_name: str, suspended: bool) -> None:
+    cfg = load(config_file, [cluster_name], access=True)
+    configure_logging(cfg)
+    try:
+        said = set_suspended(cfg, cfg.cluster(cluster_name), suspended)
+    except AgentError as e:
+        click.echo(f"{cluster_name}: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(f"{cluster_name}: {said}")
+    url = agent_url(cfg)
+    if url and not suspended:
+        # The running agent picks the change up at its next pass; ask for that pass now.
+        with contextlib.suppress(OSError):
+            _call(f"{url}/sync?cluster={cluster_name}", "POST", timeout=3.0)
+
+
+@click.command("suspend")
+@_config
+@_cluster
+def suspend(config_file: str, cluster_name: str) -> None:
+    """Stop changing anything in a cluster (survives restarts) until `resume`."""
+    _suspend_or_resume(config_file, cluster_name, True)
+
+
+@click.command("resume")
+@_config
+@_cluster
+def resume(config_file: str, cluster_name: str) -> None:
+    """Undo `suspend` and ask the running agent for a pass now."""
+    _suspend_or_resume(config_file, cluster_name, False)
+
+
+# -- sync -------------------------------------------------------------------------
+
+
+@click.command("sync")
+@_config
+@_cluster
+@click.option("--local", is_flag=True, help="Do not ask a running agent: run the pass in this process.")
+def sync(config_file: str, cluster_name: str, local: bool) -> None:
+    """Reconcile a cluster now: via the running agent, or one pass here when none answers."""
+    cfg = load(config_file, [cluster_name])
+    configure_logging(cfg)
+    url = agent_url(cfg)
+    if url and not local:
+        try:
+            code, body = _call(f"{url}/sync?cluster={cluster_name}", "POST")
+        except OSError:
+            click.echo(f"no agent answers at {url}; running one pass here", err=True)
+        else:
+            if code == 202:
+                click.echo(
+                    f"{cluster_name}: pass requested from the running agent (next run {body['next_run']})"
+                )
+                return
+            click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)
+            sys.exit(EXIT_FAILED)
+    # The running agent reaches the cluster with its own files; a pass here needs them (and the
+    # management cluster's, for the Lease).
+    require_access(cfg, [cluster_name], management=True)
+    sys.exit(_one_pass(cfg, cluster_name))
+
+
+def _one_pass(cfg: Config, cluster_name: str) -> int:
+    from agent.report.summary import format_summary
+    from agent.run.fleet import Fleet
+    from agent.run.lease import acquire_once
+    from agent.run.lease_settings import lease_settings, management_client
+    from agent.source.git import GitSource
+
+    lm = None
+    fleet = Fleet(cfg)
+    try:
+        settings = lease_settings(cfg)
+        if settings.enabled:  # never a second writer next to a replica that holds the cluster
+            lm = acquire_once(
+                management_client(settings), settings, agent=cfg.agent.name, cluster=cluster_name
+            )
+            fleet.fence = lambda name: lm.may_write(name) if lm else None
+        revision = GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git").poll()
+        results = fleet.run_pass(cluster_name, revision)
+    except AgentError as e:
+        click.echo(f"{cluster_name}: {e}", err=True)
+        return EXIT_FAILED
+    finally:
+        if lm is not None:
+            lm.stop(release=True)
+        fleet.close()
+    click.echo(format_summary([results]))
+    return 0 if results.ok else EXIT_FAILED
+
+
+# -- status -----------------------------------------------------------------------
+
+
+def format_status(doc: dict[str, Any]) -> str:
+    """The per-cluster table of ``/status``."""
+    head = ("CLUSTER", "STATE", "REVISION", "LAST SUCCESS", "FAILURES", "NEXT RUN", "HOLDER")
+    rows = [head]
+    errors = []
+    for c in doc.get("clusters", []):
+        rows.append(
+            (
+                c["cluster"],
+                c.get("state", ""),
+                (c.get("revision") or "-")[:12],
+                (c.get("last_success_at") or "-")[:19],
+                str(c.get("consecutive_failures", 0)),
+                (c.get("next_run") or "-")[:19],
+                c.get("holder") or "-",
+            )
+        )
+        if c.get("error"):
+            errors.append(f"  {c['cluster']}: {c['error'].splitlines()[0]}")
+        elif c.get("prune_refused"):
+            errors.append(f"  {c['cluster']}: prune refused: {c['prune_refused'].splitlines()[0]}")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    rev = (doc.get("revision") or "none")[:12]
+    top = f"agent {doc.get('agent', '')} at revision {rev}"
+    if doc.get("replica"):
+        top += f" (replica {doc['replica']})"
+    for key in ("source_error", "config_error"):
+        if doc.get(key):
+            top += f"\n{key.replace('_', ' ')}: {doc[key]}"
+    return "\n".join([top, *lines, *errors])
+
+
+@click.command("status")
+@_config
+@click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
+def status(config_file: str, as_json: bool) -> None:
+    """Per-cluster state of the running agent (its /status endpoint)."""
+    cfg = load(config_file)  # only asks the running agent: no cluster access needed
+    configure_logging(cfg)
+    url = agent_url(cfg)
+    if not url:
+        click.echo("config error: [agent] listen is empty; the agent serves no status", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        code, doc = _call(f"{url}/status")
+    except OSError as e:
+        click.echo(f"no agent answers at {url}: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    if code != 200:
+        click.echo(f"agent at {url} answered HTTP {code}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(json.dumps(doc, indent=2) if as_json else format_status(doc))

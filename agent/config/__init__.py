@@ -1,0 +1,1 @@
+"""Configuration: TOML -> typed ``Config``; the one home of every default and enum."""

@@ -1,0 +1,346 @@
+"""Load and validate the agent's TOML configuration into the typed ``Config``.
+
+Called by the CLI before anything touches a cluster. Every problem raises one
+``ConfigError`` naming the key path (``clusters[1].kubeconfig: file not found:
+...``); unknown keys are errors so that a typo never silently falls back to a
+default (the defaults are the types', in ``agent.config.types``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from agent.config.tomlreader import TableReader, type_name
+from agent.config.types import (
+    ADOPT_MODES,
+    DEFAULT_CONFLICT_RULES,
+    PROPAGATION_POLICIES,
+    AgentSettings,
+    ClusterConfig,
+    ClusterSettings,
+    Config,
+    ConflictRule,
+    HelmSettings,
+    SourceAuth,
+    SourceConfig,
+    SourceVerify,
+)
+from agent.errors import ConfigError
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
+    s = base
+    values: dict[str, Any] = {}
+    if (v := r.get("field_manager", str)) is not None:
+        values["field_manager"] = v
+    for name in (
+        "reconcile_interval",
+        "connect_timeout",
+        "request_timeout",
+        "pass_deadline",
+        "render_timeout",
+    ):
+        values[name] = r.duration(name, getattr(s, name))
+    for name in ("prune", "allow_empty"):
+        if (v := r.get(name, bool)) is not None:
+            values[name] = v
+    frac = r.get("max_prune_fraction", (float, int))
+    if frac is not None:
+        if not 0 < frac <= 1:
+            raise r.error("max_prune_fraction", f"must be in (0, 1], got {frac}")
+        values["max_prune_fraction"] = float(frac)
+    for name, lowest in (("brake_min_inventory", 0), ("max_prune", 0), ("concurrency", 1)):
+        v = r.get(name, int)
+        if v is not None:
+            if v < lowest:
+                raise r.error(name, f"must be at least {lowest}, got {v}")
+            values[name] = v
+    for name, allowed in (("adopt", ADOPT_MODES), ("propagation_policy", PROPAGATION_POLICIES)):
+        v = r.get(name, str)
+        if v is not None:
+            if v not in allowed:
+                raise r.error(name, f"must be one of {', '.join(allowed)}; got {v!r}")
+            values[name] = v
+    if (v := r.get("default_namespace", str)) is not None:
+        if not _DNS_LABEL.match(v):
+            raise r.error("default_namespace", f"not a valid namespace name: {v!r}")
+        values["default_namespace"] = v
+    if (ex := r.string_list("exclude")) is not None:
+        values["exclude"] = ex
+    return replace(s, **values)
+
+
+_SETTING_KEYS = {f.name for f in fields(ClusterSettings)}
+
+
+def _repo_relative(r: TableReader, name: str, value: str) -> str:
+    p = Path(value)
+    if p.is_absolute() or ".." in p.parts:
+        raise r.error(name, f"must be a path inside the repository, got {value!r}")
+    return p.as_posix().strip("/") or "."
+
+
+def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterConfig:
+    name = r.get("name", str, required=True)
+    if not _DNS_LABEL.match(name):
+        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+    path = r.get("path", str)
+    paths = r.string_list("paths")
+    if path is not None and paths is not None:
+        raise r.error("paths", "set either path or paths, not both")
+    if path is None and paths is None:
+        raise r.error("path", "required key is missing (the directory of this cluster's manifests)")
+    all_paths = tuple(
+        _repo_relative(r, "path" if path is not None else "paths", p)
+        for p in ([path] if path else paths or [])
+    )
+    if not all_paths:
+        raise r.error("paths", "must name at least one directory")
+    in_cluster = r.get("in_cluster", bool, False)
+    kubeconfig = r.get("kubeconfig", str, "")
+    context = r.get("context", str, "")
+    if in_cluster and kubeconfig:
+        raise r.error("kubeconfig", "set either kubeconfig or in_cluster = true, not both")
+    if not in_cluster:
+        if not kubeconfig:
+            raise r.error("kubeconfig", "required key is missing (or set in_cluster = true)")
+        kubeconfig = str((base_dir / os.path.expanduser(kubeconfig)).resolve())
+    vars_table = r.sub("vars")
+    variables: dict[str, str] = {}
+    if vars_table is not None:
+        for k, v in vars_table.table.items():
+            if not _VAR_NAME.match(k):
+                raise vars_table.error(
+                    k, "variable names are letters, digits and '_', not starting with a digit"
+                )
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise vars_table.error(k, f"expected string or number, got {type_name(type(v))}")
+            variables[k] = str(v)
+            vars_table.used.add(k)
+    helm = None
+    if (h := r.sub("helm")) is not None:
+        helm = HelmSettings(
+            chart=_repo_relative(h, "chart", h.get("chart", str, required=True)),
+            release_name=h.get("release_name", str, name),
+            namespace=h.get("namespace", str, ""),
+            values_files=tuple(
+                _repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()
+            ),
+        )
+        h.finish()
+    settings = _settings(r, base)
+    r.finish()
+    return ClusterConfig(
+        name=name,
+        paths=all_paths,
+        settings=settings,
+        kubeconfig=kubeconfig,
+        context=context,
+        in_cluster=in_cluster,
+        vars=variables,
+        helm=helm,
+    )
+
+
+def _source(r: TableReader, base_dir: Path) -> SourceConfig:
+    url = r.get("url", str, required=True)
+    if not url.strip():
+        raise r.error("url", "must not be empty")
+    if "://" not in url and not url.startswith("git@") and not os.path.isabs(url):
+        url = str((base_dir / url).resolve())
+    refs = {k: r.get(k, str, "") for k in ("branch", "tag", "commit")}
+    given = [k for k, v in refs.items() if v]
+    if len(given) > 1:
+        raise r.error(given[1], f"set only one of branch, tag, commit (got {' and '.join(given)})")
+    if refs["commit"] and not re.fullmatch(r"[0-9a-f]{7,40}", refs["commit"]):
+        raise r.error("commit", f"must be a hexadecimal commit SHA, got {refs['commit']!r}")
+    auth = SourceAuth()
+    if (a := r.sub("auth")) is not None:
+        auth = SourceAuth(**{f.name: a.get(f.name, str, "") for f in fields(SourceAuth)})
+        a.finish()
+    verify = SourceVerify()
+    if (v := r.sub("verify")) is not None:
+        verify = SourceVerify(**{f.name: v.get(f.name, str, "") for f in fields(SourceVerify)})
+        v.finish()
+    keep = r.get("keep_checkouts", int, 3)
+    if keep < 1:
+        raise r.error("keep_checkouts", f"must be at least 1, got {keep}")
+    cfg = SourceConfig(
+        url=url,
+        branch=refs["branch"] or ("" if given else "main"),
+        tag=refs["tag"],
+        commit=refs["commit"],
+        poll_interval=r.duration("poll_interval", 60.0, minimum=1.0),
+        timeout=r.duration("timeout", 60.0),
+        shallow=r.get("shallow", bool, False),
+        keep_checkouts=keep,
+        auth=auth,
+        verify=verify,
+    )
+    r.finish()
+    return cfg
+
+
+def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
+    d = AgentSettings()
+    name = r.get("name", str, d.name)
+    if not _DNS_LABEL.match(name):
+        raise r.error("name", f"must be a DNS label, got {name!r}")
+    namespace = r.get("namespace", str, d.namespace)
+    if not _DNS_LABEL.match(namespace):
+        raise r.error("namespace", f"not a valid namespace name: {namespace!r}")
+    log_format = r.get("log_format", str, d.log_format)
+    if log_format not in ("console", "json"):
+        raise r.error("log_format", f"must be console or json, got {log_format!r}")
+    log_level = r.get("log_level", str, d.log_level).lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise r.error("log_level", f"must be debug, info, warning or error, got {log_level!r}")
+    listen = r.get("listen", str, d.listen)
+    if listen and not re.fullmatch(r"[^\s:]*:\d{1,5}", listen):
+        raise r.error("listen", f"must be host:port (or empty to disable), got {listen!r}")
+    leases = r.get("leases", str, d.leases)
+    if leases not in ("auto", "on", "off"):
+        raise r.error("leases", f"must be auto, on or off, got {leases!r}")
+    management = r.get("management_kubeconfig", str, d.management_kubeconfig)
+    if management:
+        management = str((base_dir / os.path.expanduser(management)).resolve())
+    lease_namespace = r.get("lease_namespace", str, d.lease_namespace)
+    if lease_namespace and not _DNS_LABEL.match(lease_namespace):
+        raise r.error("lease_namespace", f"not a valid namespace name: {lease_namespace!r}")
+    timings = {
+        name: r.duration(name, getattr(d, name), minimum=minimum)
+        for name, minimum in (
+            ("lease_duration", 1.0),
+            ("renew_deadline", 0.001),
+            ("retry_period", 0.001),
+            ("shutdown_grace", 0.0),
+            ("stuck_after", 1.0),
+            ("backoff_base", 0.001),
+            ("backoff_cap", 0.001),
+            ("reload_interval", 0.0),
+        )
+    }
+    if not timings["retry_period"] < timings["renew_deadline"] < timings["lease_duration"]:
+        raise r.error("renew_deadline", "leases need retry_period < renew_deadline < lease_duration")
+    if timings["backoff_cap"] < timings["backoff_base"]:
+        raise r.error("backoff_cap", "must be at least backoff_base")
+    cfg = AgentSettings(
+        name=name,
+        namespace=namespace,
+        cache_dir=r.get("cache_dir", str, d.cache_dir),
+        log_format=log_format,
+        log_level=log_level,
+        listen=listen,
+        leases=leases,
+        management_kubeconfig=management,
+        management_context=r.get("management_context", str, d.management_context),
+        lease_namespace=lease_namespace,
+        replica_id=r.get("replica_id", str, d.replica_id),
+        **timings,
+    )
+    r.finish()
+    return cfg
+
+
+def _conflict_rule(r: TableReader) -> ConflictRule:
+    manager = r.get("manager", str, required=True)
+    action = r.get("action", str, required=True)
+    if action not in ("force", "yield"):
+        raise r.error("action", f"must be force or yield, got {action!r}")
+    operation = r.get("operation", str, "*")
+    if operation not in ("*", "Apply", "Update"):
+        raise r.error("operation", f"must be Apply, Update or *, got {operation!r}")
+    rule = ConflictRule(
+        manager=manager, action=action, operation=operation, subresource=r.get("subresource", str, "*")
+    )
+    r.finish()
+    return rule
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, parse and validate a config file; raises ``ConfigError``."""
+    file = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("", "config file not found", file=file) from None
+    except OSError as e:
+        raise ConfigError("", f"cannot read config file: {e.strerror}", file=file) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("", "config file is not UTF-8 text", file=file) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("", f"invalid TOML: {e}", file=file) from None
+    return parse_config(data, file=file, base_dir=Path(path).resolve().parent)
+
+
+def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None = None) -> Config:
+    base_dir = base_dir or Path.cwd()
+    top = TableReader(data, "", file)
+    agent_table = top.sub("agent")
+    agent = _agent(agent_table, base_dir) if agent_table else AgentSettings()
+    source_table = top.sub("source")
+    if source_table is None:
+        raise top.error("source", "required table is missing ([source] with url)")
+    source = _source(source_table, base_dir)
+    defaults = ClusterSettings()
+    if (d := top.sub("defaults")) is not None:
+        defaults = _settings(d, defaults)
+        d.finish()
+    clusters_raw = top.get("clusters", list, required=True)
+    if not clusters_raw:
+        raise top.error("clusters", "at least one [[clusters]] entry is required")
+    clusters: list[ClusterConfig] = []
+    seen: dict[str, int] = {}
+    for i, table in enumerate(clusters_raw):
+        c = _cluster(TableReader(table, f"clusters[{i}]", file), defaults, base_dir)
+        if c.name in seen:
+            raise ConfigError(
+                f"clusters[{i}].name",
+                f"duplicate cluster name {c.name!r} (also clusters[{seen[c.name]}])",
+                file=file,
+            )
+        seen[c.name] = i
+        clusters.append(c)
+    rules = DEFAULT_CONFLICT_RULES
+    rules_raw = top.get("conflict_rules", list)
+    if rules_raw is not None:
+        rules = tuple(
+            _conflict_rule(TableReader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
+        )
+    top.finish()
+    return Config(agent=agent, source=source, clusters=tuple(clusters), conflict_rules=rules, file=file)
+
+
+def check_access(config: Config, clusters: Iterable[str] | None = None, *, management: bool = True) -> None:
+    """The files a command needs to reach clusters exist; raises ``ConfigError`` naming the key.
+
+    Checks the kubeconfig of each cluster in ``clusters`` (all when None) and, with
+    ``management``, ``[agent] management_kubeconfig``. Kept out of ``load_config`` so
+    that commands that never connect (``render``, ``diff --offline``) work with the
+    production config on a machine without these files, such as a CI runner.
+    """
+    wanted = None if clusters is None else set(clusters)
+    for i, c in enumerate(config.clusters):
+        if (wanted is None or c.name in wanted) and not c.in_cluster and not os.path.isfile(c.kubeconfig):
+            raise ConfigError(
+                f"clusters[{i}].kubeconfig", f"file not found: {c.kubeconfig}", file=config.file
+            )
+    path = config.agent.management_kubeconfig
+    if management and path and not os.path.isfile(path):
+        raise ConfigError("agent.management_kubeconfig", f"file not found: {path}", file=config.file)
+
+
+def setting_keys() -> set[str]:
+    """Keys a `[defaults]` table accepts (used by the docs test)."""
+    return set(_SETTING_KEYS)

@@ -1,0 +1,1 @@
+"""Development tooling: real local control planes and ``gitops-agent demo``."""

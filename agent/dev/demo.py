@@ -1,0 +1,140 @@
+"""``gitops-agent demo``: the whole job on an embedded default.
+
+Starts two real local clusters, writes the shipped sample repository
+(``agent/sample/v1``) as a commit of a local bare Git repository, reconciles
+both clusters, commits ``v2`` (image bump, changed ConfigMap, one object added
+and one removed from Git), reconciles again and prints what changed where.
+Also the fixture the end-to-end tests reuse (``commit_directory``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pygit2
+
+from agent.config.load import load_config
+from agent.model import ClusterResult, Outcome
+from agent.run.fleet import Fleet
+
+SAMPLE = Path(__file__).resolve().parent / "sample"
+CLUSTERS = ("demo-a", "demo-b")
+REGIONS = {"demo-a": "eu-west", "demo-b": "us-east"}
+
+
+def _tree(repo: pygit2.Repository, directory: Path) -> pygit2.Oid:
+    builder = repo.TreeBuilder()
+    for entry in sorted(directory.iterdir()):
+        if entry.is_dir():
+            builder.insert(entry.name, _tree(repo, entry), pygit2.enums.FileMode.TREE)
+        else:
+            builder.insert(entry.name, repo.create_blob(entry.read_bytes()), pygit2.enums.FileMode.BLOB)
+    return builder.write()
+
+
+def commit_directory(repo_dir: Path, source: Path, message: str, *, branch: str = "main") -> str:
+    """Commit ``source``'s files as the whole tree of ``branch`` in a bare repo (created if missing)."""
+    if (repo_dir / "HEAD").exists():
+        repo = pygit2.Repository(str(repo_dir))
+    else:
+        repo = pygit2.init_repository(str(repo_dir), bare=True, initial_head=branch)
+    sig = pygit2.Signature("gitops-agent demo", "demo@gitops-agent.local", int(time.time()), 0)
+    ref = f"refs/heads/{branch}"
+    parents = [repo.references[ref].target] if ref in repo.references else []
+    oid = repo.create_commit(ref, sig, sig, message, _tree(repo, source), parents)
+    return str(oid)
+
+
+def write_config(state: Path, repo: Path, kubeconfigs: dict[str, Path]) -> Path:
+    lines = [
+        "[agent]",
+        'name = "gitops-agent"',
+        f'cache_dir = "{state / "cache"}"',
+        "",
+        "[source]",
+        f'url = "{repo}"',
+        'branch = "main"',
+        'poll_interval = "10s"',
+        "",
+    ]
+    for name, kc in kubeconfigs.items():
+        lines += [
+            "[[clusters]]",
+            f'name = "{name}"',
+            f'kubeconfig = "{kc}"',
+            f'paths = ["apps/base", "clusters/{name}"]',
+            'pass_deadline = "60s"',
+            "[clusters.vars]",
+            f'CLUSTER = "{name}"',
+            f'REGION = "{REGIONS[name]}"',
+            "",
+        ]
+    path = state / "config.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def describe(results: list[ClusterResult]) -> list[str]:
+    """One line per object that did something (unchanged ones are counted, not listed)."""
+    lines: list[str] = []
+    for r in results:
+        lines.append(
+            f"{r.cluster}: revision {r.revision[:12]}, {r.count(Outcome.UNCHANGED)} unchanged"
+            + (f", error: {r.error}" if r.error else "")
+        )
+        for res in r.results:
+            if res.outcome is not Outcome.UNCHANGED:
+                extra = f" ({res.message})" if res.message else ""
+                lines.append(f"  {res.outcome.value:<10} {res.key}{extra}")
+    return lines
+
+
+def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = print) -> bool:
+    from agent.dev import localcluster
+    from agent.render.binaries import bin_dir
+    from agent.report.summary import format_summary
+    from agent.source.git import GitSource
+
+    state.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    echo("• installing the pinned control plane (cached after the first run)…")
+    bin_dir(install=True)
+    echo("• starting two local clusters: " + ", ".join(CLUSTERS))
+    kubeconfigs = {name: localcluster.start(name, state / "clusters").kubeconfig for name in CLUSTERS}
+    try:
+        repo = state / "fleet.git"
+        if repo.exists():
+            import shutil
+
+            shutil.rmtree(repo)
+        sha1 = commit_directory(repo, SAMPLE / "v1", "Deploy web and cluster-info to every cluster")
+        echo(f"• sample repository {repo} at {sha1[:12]}")
+        cfg = load_config(write_config(state, repo, kubeconfigs))
+        source = GitSource(cfg.source, Path(cfg.agent.cache_dir) / "git")
+        fleet = Fleet(cfg)
+        first = fleet.reconcile_all(source.poll())
+        echo("\n== first reconcile ==")
+        echo(format_summary(first))
+        echo("\n".join(describe(first)))
+        sha2 = commit_directory(
+            repo, SAMPLE / "v2", "Bump nginx, new greeting, add feature-flags, drop legacy-settings"
+        )
+        echo(f"\n• new commit {sha2[:12]}: image bump, changed ConfigMap, one object added, one removed")
+        second = fleet.reconcile_all(source.poll())
+        echo("\n== second reconcile ==")
+        echo(format_summary(second))
+        echo("\n".join(describe(second)))
+        third = fleet.reconcile_all(source.poll())
+        echo("\n== third reconcile (nothing changed in Git) ==")
+        echo(format_summary(third))
+        fleet.close()
+        echo(f"\ndone in {time.monotonic() - t0:.1f}s; config: {state / 'config.toml'}")
+        return all(r.ok for r in first + second + third)
+    finally:
+        if keep:
+            echo("clusters left running; kubeconfigs: " + ", ".join(str(p) for p in kubeconfigs.values()))
+        else:
+            for name in CLUSTERS:
+                localcluster.stop(name, state / "clusters")

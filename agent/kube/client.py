@@ -1,0 +1,570 @@
+"""The one module that talks to Kubernetes: a thin, raw-JSON client per cluster.
+
+Every stage that needs a cluster gets a ``KubeClient``; nothing else imports
+``kubernetes``. It uses the official client only for what it is good at
+(kubeconfig/in-cluster loading, credential refresh for exec plugins and
+rotated token files, TLS, the connection pool) and sends raw requests, so that
+objects stay plain dicts: no model deserialisation on the hot path, and any
+kind — CRDs included — works through discovery.
+
+Each cluster has its own client, pool, timeouts and 429 handling, so one slow
+or broken cluster never borrows anything another needs (invariant 6).
+Failures become ``ApiError`` with the HTTP status (0 when there was no answer)
+and the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
+from urllib.parse import quote
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from agent.config.types import ClusterConfig
+from agent.errors import ApiError, ClusterError, StatusCause, StatusDetails
+from agent.kube.listjson import each_item
+from agent.model import Manifest, split_api_version
+
+_AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+_MAX_429_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    """One served resource: where to send requests for a group/version/kind."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    verbs: frozenset[str]
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def base_path(self, namespace: str | None = None) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{root}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{root}/{self.plural}"
+
+    def path(self, namespace: str | None, name: str | None = None) -> str:
+        base = self.base_path(namespace)
+        return f"{base}/{quote(name, safe='')}" if name else base
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keyword arguments of ``KubeClient.request_bytes`` (and so of ``request``)."""
+
+    query: Mapping[str, str | None] | None
+    body: Any
+    content_type: str
+    accept: str
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class ListResult:
+    """A LIST of one kind. ``complete`` is the prune guard's evidence (invariant 1)."""
+
+    items: tuple[Manifest, ...]
+    complete: bool
+    resource_version: str = ""
+
+
+class Discovery:
+    """Served resources by (group, kind) with each group's preferred version first."""
+
+    def __init__(self, resources: list[ResourceInfo]) -> None:
+        self._by_gvk = {(r.group, r.version, r.kind): r for r in resources}
+        self._by_gk: dict[tuple[str, str], ResourceInfo] = {}
+        for r in resources:  # first seen is the preferred version (discovery order)
+            self._by_gk.setdefault((r.group, r.kind), r)
+
+    def find(self, api_version: str, kind: str) -> ResourceInfo | None:
+        group, version = split_api_version(api_version)
+        return self._by_gvk.get((group, version, kind))
+
+    def find_group_kind(self, group: str, kind: str) -> ResourceInfo | None:
+        return self._by_gk.get((group, kind))
+
+    def all(self) -> list[ResourceInfo]:
+        return list(self._by_gvk.values())
+
+    def __len__(self) -> int:
+        return len(self._by_gvk)
+
+
+class KubeClient:
+    """Raw-JSON requests to one cluster, with its own pool, timeouts and discovery cache."""
+
+    def __init__(
+        self,
+        name: str,
+        api: k8s_client.ApiClient,
+        *,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 30.0,
+        reload: Callable[[], k8s_client.ApiClient] | None = None,
+    ) -> None:
+        self.name = name
+        self.api = api
+        #: Rebuilds ``api`` from its source (kubeconfig file, exec plugin, token file) after a 401.
+        self._reload = reload
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self._discovery: Discovery | None = None
+        self._cluster_uid: str | None = None
+        self._lock = threading.Lock()
+        self.requests = 0  # requests sent, for tests and debug logs (benchmarks count at the server)
+
+    # -- construction ---------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, cluster: ClusterConfig) -> KubeClient:
+        s = cluster.settings
+        return cls.connect(
+            cluster.name,
+            kubeconfig=cluster.kubeconfig or None,
+            context=cluster.context or None,
+            in_cluster=cluster.in_cluster,
+            connect_timeout=s.connect_timeout,
+            request_timeout=s.request_timeout,
+            pool_size=max(2, s.concurrency),
+        )
+
+    @classmethod
+    def connect(
+        cls,
+        name: str,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        in_cluster: bool = False,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 30.0,
+        pool_size: int = 4,
+    ) -> KubeClient:
+
+        def build() -> k8s_client.ApiClient:
+            cfg = k8s_client.Configuration()
+            try:
+                if in_cluster:
+                    k8s_config.load_incluster_config(client_configuration=cfg, try_refresh_token=True)
+                else:
+                    k8s_config.load_kube_config(
+                        config_file=kubeconfig,
+                        context=context,
+                        client_configuration=cfg,
+                        persist_config=False,
+                    )
+            except Exception as e:  # the loader raises many types; all mean "cannot build credentials"
+                raise ClusterError(name, f"cannot load credentials: {e}", retryable=False) from e
+            cfg.connection_pool_maxsize = pool_size
+            cfg.retries = False  # retries are ours: bounded, per cluster, honouring Retry-After
+            return k8s_client.ApiClient(cfg)
+
+        return cls(
+            name, build(), connect_timeout=connect_timeout, request_timeout=request_timeout, reload=build
+        )
+
+    def close(self) -> None:
+        self.api.close()
+
+    def refresh_credentials(self) -> bool:
+        """Load the credentials again from where they came from; True if a new client is in place.
+
+        The official client refreshes an exec plugin's token only when the plugin reported an
+        expiry, re-reads the in-cluster token file once a minute, and never re-reads a kubeconfig
+        file or its ``tokenFile``. A 401 after a rotation is therefore answered by rebuilding the
+        configuration (which runs the exec plugin again and reads the files again).
+        """
+        if self._reload is None:
+            return False
+        try:
+            fresh = self._reload()
+        except ClusterError:
+            return False
+        old, self.api = self.api, fresh
+        old.close()  # in-flight requests finish; their connections are then dropped, not reused
+        return True
+
+    # -- raw requests ---------------------------------------------------------
+
+    def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Any:
+        """Send one request; returns the decoded JSON body or raises ``ApiError``."""
+        raw = self.request_bytes(method, path, **options)
+        return json.loads(raw) if raw else None
+
+    def check_send(self, method: str) -> None:
+        """Raise to refuse sending a ``method`` request (``lease.FencedClient`` gates writes here)."""
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | None] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float | None = None,
+    ) -> bytes:
+        """Send one request; returns the raw body of a 2xx answer or raises ``ApiError``."""
+        self.check_send(method)
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": accept, "Content-Type": content_type}
+        target = path
+        refreshed = False
+        attempt = 0
+        while True:
+            m, url, hdrs, data, post = self.api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=params,
+                header_params=dict(headers),
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            self.requests += 1
+            try:
+                resp = self.api.call_api(
+                    m,
+                    url,
+                    hdrs,
+                    data,
+                    post,
+                    _request_timeout=(self.connect_timeout, timeout or self.request_timeout),
+                )
+                raw: bytes = resp.read()
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise ApiError(self.name, 0, _transport_message(e), verb=method, target=target) from e
+            except k8s_client.ApiException as e:  # TLS failures surface as status-0 ApiException
+                reason = str(e.reason)
+                said = reason if e.status else _transport_message(Exception(reason.replace("\n", ": ")))
+                raise ApiError(self.name, e.status or 0, said, verb=method, target=target) from e
+            if 200 <= resp.status < 300:
+                return raw
+            if resp.status == 401 and not refreshed:
+                refreshed = True  # once per request: a revoked credential must not loop
+                if self.refresh_credentials():
+                    continue
+            retry_after = _retry_after(resp.headers.get("Retry-After"))
+            if resp.status == 429 and attempt < _MAX_429_RETRIES:
+                attempt += 1
+                time.sleep(min(retry_after or 1.0, 10.0))
+                continue
+            status = parse_status(raw, resp.reason)
+            raise ApiError(
+                self.name,
+                resp.status,
+                status.message,
+                reason=status.reason,
+                verb=method,
+                target=target,
+                retry_after=retry_after,
+                details=status.details,
+            )
+
+    # -- discovery ------------------------------------------------------------
+
+    def discovery(self, *, refresh: bool = False) -> Discovery:
+        """Served resources (aggregated discovery: two requests); cached until ``refresh``."""
+        with self._lock:
+            if self._discovery is not None and not refresh:
+                return self._discovery
+        resources: list[ResourceInfo] = []
+        for root in ("/api", "/apis"):
+            doc = self.request("GET", root, accept=_AGGREGATED)
+            if doc.get("kind") != "APIGroupDiscoveryList":
+                raise ClusterError(
+                    self.name, "server does not serve aggregated discovery (Kubernetes < 1.30?)"
+                )
+            for group in doc.get("items", []):
+                gname = (group.get("metadata") or {}).get("name", "")
+                for ver in group.get("versions", []):
+                    for res in ver.get("resources", []):
+                        rk = res.get("responseKind") or {}
+                        resources.append(
+                            ResourceInfo(
+                                group=gname,
+                                version=ver["version"],
+                                kind=rk.get("kind", ""),
+                                plural=res["resource"],
+                                namespaced=res.get("scope") == "Namespaced",
+                                verbs=frozenset(res.get("verbs", [])),
+                            )
+                        )
+        disc = Discovery(resources)
+        with self._lock:
+            self._discovery = disc
+        return disc
+
+    def resource(self, api_version: str, kind: str) -> ResourceInfo:
+        """Resolve a kind, refreshing discovery once when unknown (a CRD applied this pass)."""
+        info = self.discovery().find(api_version, kind)
+        if info is None:
+            info = self.discovery(refresh=True).find(api_version, kind)
+        if info is None:
+            raise ApiError(
+                self.name, 404, f"the server does not serve {kind} in {api_version}", reason="NotFound"
+            )
+        return info
+
+    def resource_for(self, manifest: Manifest) -> ResourceInfo:
+        return self.resource(str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")))
+
+    # -- verbs ----------------------------------------------------------------
+
+    def get(self, info: ResourceInfo, namespace: str | None, name: str) -> Manifest | None:
+        try:
+            result: Manifest = self.request("GET", info.path(namespace, name))
+            return result
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        info: ResourceInfo,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ListResult:
+        """Paginated LIST. Complete only if it ended without a continue token and without a 410."""
+        items: list[Manifest] = []
+        complete, rv = self.scan(
+            info, items.append, namespace=namespace, label_selector=label_selector, page_size=page_size
+        )
+        return ListResult(tuple(items), complete=complete, resource_version=rv)
+
+    def scan(
+        self,
+        info: ResourceInfo,
+        on_item: Callable[[Manifest], None],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[bool, str]:
+        """Paginated LIST handing each item to ``on_item`` as it is decoded: (complete, resourceVersion).
+
+        Items come page by page and one at a time (``listjson``), so a caller that keeps only what
+        it needs never holds a whole kind. Incomplete (a continue token expired: 410) means the
+        items handed over are not a snapshot of the kind; the caller must not treat what it did not
+        see as absent.
+        """
+        token: str | None = None
+        rv = ""
+        api_version, kind = info.api_version, info.kind
+
+        def take(it: Manifest) -> None:
+            # LIST items carry no apiVersion/kind; fill them so they are full manifests.
+            it.setdefault("apiVersion", api_version)
+            it.setdefault("kind", kind)
+            on_item(it)
+
+        while True:
+            query = {"limit": str(page_size), "continue": token, "labelSelector": label_selector}
+            try:
+                raw = self.request_bytes("GET", info.base_path(namespace), query=query)
+            except ApiError as e:
+                if e.status == 410:  # continue token expired: the listing is not a snapshot any more
+                    return False, rv
+                raise
+            text = raw.decode("utf-8")
+            del raw
+            try:
+                page = each_item(text, take)
+            except ValueError as e:
+                where = info.base_path(namespace)
+                raise ApiError(self.name, 0, f"malformed LIST response: {e}", verb="GET", target=where) from e
+            del text
+            meta = page.get("metadata") or {}
+            rv = meta.get("resourceVersion", rv)
+            token = meta.get("continue") or None
+            if not token:
+                return True, rv
+
+    def apply(
+        self,
+        manifest: Manifest,
+        *,
+        field_manager: str,
+        force: bool = False,
+        dry_run: bool = False,
+        info: ResourceInfo | None = None,
+    ) -> Manifest:
+        """Server-side apply (``application/apply-patch+yaml``): only the fields in ``manifest``."""
+        info = info or self.resource_for(manifest)
+        meta = manifest.get("metadata") or {}
+        query = {
+            "fieldManager": field_manager,
+            "force": "true" if force else None,
+            "dryRun": "All" if dry_run else None,
+        }
+        result: Manifest = self.request(
+            "PATCH",
+            info.path(meta.get("namespace") if info.namespaced else None, meta["name"]),
+            query=query,
+            body=json.dumps(manifest, separators=(",", ":")),  # JSON is YAML: sent as is
+            content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    def patch(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        patch_type: str = "merge",
+        field_manager: str | None = None,
+        dry_run: bool = False,
+    ) -> Manifest:
+        """A plain (non-apply) patch: used to orphan objects and edit managedFields on purpose."""
+        ctype = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}[patch_type]
+        query = {"fieldManager": field_manager, "dryRun": "All" if dry_run else None}
+        result: Manifest = self.request(
+            "PATCH",
+            info.path(namespace, name),
+            query=query,
+            body=patch,
+            content_type=ctype,
+        )
+        return result
+
+    def create(self, info: ResourceInfo, manifest: Manifest, *, field_manager: str | None = None) -> Manifest:
+        ns = (manifest.get("metadata") or {}).get("namespace")
+        result: Manifest = self.request(
+            "POST",
+            info.base_path(ns if info.namespaced else None),
+            query={"fieldManager": field_manager},
+            body=manifest,
+        )
+        return result
+
+    def delete(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str | None = None,
+        propagation: str = "Background",
+        dry_run: bool = False,
+    ) -> Manifest | None:
+        """Delete, with a ``uid`` precondition so we never delete a re-created namesake."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if dry_run:
+            body["dryRun"] = ["All"]
+        result: Manifest | None = self.request("DELETE", info.path(namespace, name), body=body)
+        return result
+
+    def openapi_v3(self, group: str, version: str) -> Manifest:
+        """The OpenAPI v3 document of one group-version (list types, int-or-string, ...)."""
+        path = f"/openapi/v3/apis/{group}/{version}" if group else f"/openapi/v3/api/{version}"
+        result: Manifest = self.request("GET", path)
+        return result
+
+    def server_version(self) -> str:
+        doc = self.request("GET", "/version")
+        return str(doc.get("gitVersion", ""))
+
+    def cluster_uid(self, *, timeout: float | None = None) -> str | None:
+        """The UID of the ``kube-system`` namespace: which cluster this is, whatever URL reached it.
+
+        One GET, then cached for the client's lifetime (a client talks to one API server).
+        ``None`` when RBAC hides the namespace (403: the namespaced install) or it does not
+        exist (404); any other failure raises ``ApiError`` like every request.
+        """
+        if self._cluster_uid is not None:
+            return self._cluster_uid
+        try:
+            ns = self.request("GET", "/api/v1/namespaces/kube-system", timeout=timeout)
+        except ApiError as e:
+            if e.status in (403, 404):
+                return None
+            raise
+        uid = str((ns.get("metadata") or {}).get("uid") or "") or None
+        self._cluster_uid = uid
+        return uid
+
+
+def _transport_message(e: BaseException) -> str:
+    """Reduce urllib3's nested errors to the cause a person can act on."""
+    text = str(e)
+    for needle, said in (
+        ("Read timed out", "request timed out (no answer within the request timeout)"),
+        ("timed out", "connection timed out"),
+        ("Connection refused", "connection refused (is the API server running?)"),
+        ("CERTIFICATE_VERIFY_FAILED", "TLS certificate verification failed (wrong CA?)"),
+        ("Name or service not known", "host name does not resolve"),
+    ):
+        if needle in text:
+            return said
+    return text.splitlines()[0][:300]
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ParsedStatus:
+    """What an error answer said: ``reason``, ``message`` and, for a ``Status``, its ``details``."""
+
+    reason: str
+    message: str
+    details: StatusDetails | None = None
+
+
+def parse_status(raw: bytes, fallback: str) -> ParsedStatus:
+    """Read an error answer's ``Status`` body; the HTTP reason phrase when it is not one.
+
+    Causes keep their raw ``type``/``field``/``message``: what they mean is the caller's to
+    decide (``agent.plan.causes`` reads ``FieldManagerConflict``).
+    """
+    try:
+        doc = json.loads(raw)
+    except (ValueError, TypeError):
+        return ParsedStatus(fallback or "", raw[:300].decode("utf-8", "replace") if raw else fallback or "")
+    if not isinstance(doc, dict):
+        return ParsedStatus(fallback or "", str(doc)[:300])
+    reason = str(doc.get("reason", fallback or ""))
+    message = str(doc.get("message", "")) or (fallback or "")
+    raw_details = doc.get("details")
+    if not isinstance(raw_details, dict):
+        return ParsedStatus(reason, message)
+    causes = tuple(
+        StatusCause(
+            type=str(c.get("reason", "")), field=str(c.get("field", "")), message=str(c.get("message", ""))
+        )
+        for c in raw_details.get("causes") or ()
+        if isinstance(c, dict)
+    )
+    details = StatusDetails(
+        name=str(raw_details.get("name", "")),
+        group=str(raw_details.get("group", "")),
+        kind=str(raw_details.get("kind", "")),
+        uid=str(raw_details.get("uid", "")),
+        causes=causes,
+    )
+    return ParsedStatus(reason, message, details)

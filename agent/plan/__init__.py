@@ -1,0 +1,1 @@
+"""The pure three-way, field-manager-aware diff: no I/O, no client."""

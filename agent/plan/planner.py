@@ -1,0 +1,482 @@
+"""The plan stage: a pure, three-way, field-manager-aware diff (DESIGN.md invariants 4, 5, 8, 11).
+
+For each desired object, ``plan_object`` weighs three things: Git's manifest,
+what our field manager's Apply entry owns in live ``managedFields``, and live
+values; it returns exactly one ``Change``:
+
+- ``SKIP``: live (or Git) says ``gitops-agent.io/reconcile: disabled``, the
+  object exists and ``adopt`` refuses it, or its live state is unknown.
+- ``CREATE``: absent in live.
+- ``NOOP``: every declared path, normalised (``normalize``), equals live, and
+  our Apply entry (operation Apply, no subresource, same apiVersion) owns
+  exactly the paths the body declares. No request is needed.
+- ``UPDATE``: something will be sent: a differing path we may write, or our
+  ownership to fix (released paths, paths not yet ours, re-adoption).
+- ``CONFLICT``: every differing path belongs to another manager and is
+  yielded, and our ownership is already exact: nothing is sent (``body`` is
+  ``None``); the conflicts say who holds what.
+
+Conflicts: a declared path whose live value differs and that another entry
+owns (Apply or Update, on the object or a subresource). The first
+``ConflictRule`` matching (manager, operation, subresource) decides, default
+yield; ``gitops-agent.io/force-fields`` forces listed paths; our own manager's
+non-Apply entries are always forced. A path with any yielding owner is yielded
+(``force`` covers the whole request) and left out of ``body``; ``force`` is
+set when a forced conflict remains.
+
+Per-object annotations in Git (comma-separated JSON-pointer-like paths):
+``gitops-agent.io/ignore-fields: /spec/replicas`` — never sent nor compared
+(if our entry still owns such a path, it is released by the next write that
+happens for another reason, and shown as released); ``gitops-agent.io/force-
+fields: /spec/replicas`` — force that path whatever the rules say.
+
+No client exists here: planning is pure by construction. Secret values are
+masked in every ``Change`` (body, operations, conflicts); the apply stage gets
+the real body back with ``request_body(change, desired)``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+from agent.config.types import ConflictRule
+from agent.model import (
+    Action,
+    Change,
+    DesiredObject,
+    FieldConflict,
+    FieldPath,
+    Manifest,
+    ObjectKey,
+    Plan,
+    Resolution,
+    split_api_version,
+)
+from agent.plan import masking
+from agent.plan.compare import differences
+from agent.plan.expected import expected_after, for_report, whole_item_if_key
+from agent.plan.fields import (
+    ManagedEntry,
+    is_under,
+    managed_entries,
+    manifest_paths,
+    name_list,
+    pointer_to_path,
+    remove_path,
+    render_path,
+)
+from agent.plan.normalize import secret_string_data_as_data
+from agent.plan.schema import Node, SchemaIndex, root_node
+
+FORCE_FIELDS = "gitops-agent.io/force-fields"
+IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
+RECONCILE = "gitops-agent.io/reconcile"
+PART_OF = "applyset.kubernetes.io/part-of"
+ADOPT_MODES = ("never", "if-unowned", "always")
+#: Never part of an apply body: server-set identity and bookkeeping.
+_SERVER_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How to plan one cluster's objects."""
+
+    #: Our field manager (the agent name unless configured otherwise).
+    field_manager: str
+    #: Ordered conflict rules; first match wins, no match yields.
+    rules: Sequence[ConflictRule]
+    #: The cluster's OpenAPI v3 index; ``None``: conservative fallbacks (``schema.FallbackNode``).
+    schema: SchemaIndex | None = None
+    #: never | if-unowned | always: whether to take over existing objects that are not ours.
+    adopt: str = "if-unowned"
+    #: (label, value) marking our objects, e.g. ("applyset.kubernetes.io/part-of", id).
+    membership_label: tuple[str, str] | None = None
+    #: False = the reconcile pass: no report operations and no path sets where the verdict does
+    #: not need them (a CREATE carries neither). The verdict itself is the same either way.
+    detail: bool = True
+
+
+@dataclass(frozen=True)
+class _Context:
+    """Everything about one object the steps below share."""
+
+    desired: Manifest  # status and server metadata removed, ignored paths removed
+    live: Manifest
+    node: Node
+    secret: bool
+    ours: ManagedEntry | None
+    others: tuple[ManagedEntry, ...]
+
+
+def plan(
+    cluster: str,
+    revision: str,
+    desired: Sequence[DesiredObject],
+    live: Mapping[ObjectKey, Manifest | None],
+    options: PlanOptions,
+) -> Plan:
+    """One ``Change`` per desired object, in the order given. A key missing from ``live`` is SKIPped."""
+    changes: list[Change] = []
+    for obj in desired:
+        if obj.key not in live:
+            changes.append(_change(obj, Action.SKIP, reason="live state unknown: not listed in this pass"))
+            continue
+        changes.append(plan_object(obj, live[obj.key], options))
+    return Plan(cluster=cluster, revision=revision, changes=tuple(changes))
+
+
+def _change(obj: DesiredObject, action: Action, **kw: Any) -> Change:
+    return Change(key=obj.key, action=action, api_version=obj.api_version, provenance=obj.provenance, **kw)
+
+
+def _annotation(manifest: Manifest | None, name: str) -> str:
+    return str(((manifest or {}).get("metadata") or {}).get("annotations", {}).get(name) or "")
+
+
+def _pointer_paths(manifest: Manifest, annotation: str, node: Node) -> tuple[FieldPath, ...]:
+    raw = _annotation(manifest, annotation)
+    paths = (pointer_to_path(p.strip(), manifest, node) for p in raw.split(",") if p.strip())
+    return tuple(p for p in paths if p)
+
+
+def _clean(manifest: Manifest, ignored: Sequence[FieldPath], node: Node) -> Manifest:
+    """``manifest`` without status, server-set metadata and ignored paths: what may be applied.
+
+    Copied only as deep as a removal reaches; usually nothing is removed and the manifest
+    itself is returned (shared with the render cache: nothing downstream writes into a
+    change's body, and ``plan_object``/``send_body`` copy before removing yielded paths).
+    """
+    meta = manifest.get("metadata")
+    server_meta = isinstance(meta, dict) and any(k in meta for k in _SERVER_METADATA)
+    string_data = masking.is_secret(manifest) and isinstance(manifest.get("stringData"), dict)
+    if ignored:
+        out = copy.deepcopy(manifest)
+    elif "status" in manifest or server_meta or string_data:
+        out = dict(manifest)
+    else:
+        return manifest
+    out.pop("status", None)
+    if server_meta:
+        out["metadata"] = {k: v for k, v in out["metadata"].items() if k not in _SERVER_METADATA}
+    for path in ignored:
+        remove_path(out, path, node)
+    if string_data:
+        # stringData is write-only: the server folds it into data. Sending data makes our
+        # ownership and comparison exact, and a masked body sent by mistake fails (invalid
+        # base64) instead of writing "***" into the Secret.
+        out["data"] = secret_string_data_as_data(out)
+        del out["stringData"]
+    return out
+
+
+def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Change:
+    """The verdict for one object; see the module docstring for the rules."""
+    if options.adopt not in ADOPT_MODES:
+        raise ValueError(f"adopt must be one of {', '.join(ADOPT_MODES)}, got {options.adopt!r}")
+    manifest = desired.manifest
+    group, version = split_api_version(desired.api_version)
+    node = root_node(options.schema, group, version, str(manifest.get("kind", "")))
+    secret = masking.is_secret(manifest)
+    ignored = _pointer_paths(manifest, IGNORE_FIELDS, node)
+    rv = str((live or {}).get("metadata", {}).get("resourceVersion") or "") or None
+    uid = str((live or {}).get("metadata", {}).get("uid") or "") or None
+    ids: dict[str, Any] = {"resource_version": rv, "uid": uid}
+
+    for source, where in ((live, "live"), (manifest, "Git")):
+        if _annotation(source, RECONCILE) == "disabled":
+            return _change(desired, Action.SKIP, reason=f"{RECONCILE}: disabled (in {where})", **ids)
+
+    body = _clean(manifest, ignored, node)
+    if live is None:
+        shown = masking.mask_secret(body) if secret else body
+        if not options.detail:
+            return _change(desired, Action.CREATE, body=shown)
+        paths = manifest_paths(body, node)
+        return _change(
+            desired,
+            Action.CREATE,
+            body=shown,
+            declared=paths,
+            changed=paths,
+            operations=tuple(jsonpatch.make_patch({}, for_report(shown)).patch),
+        )
+
+    entries = managed_entries(live)
+    ours = next((e for e in entries if _is_our_apply(e, options.field_manager)), None)
+    refusal, adopting = _adoption(live, entries, ours, options)
+    if refusal:
+        return _change(desired, Action.SKIP, reason=refusal, **ids)
+    ctx = _Context(body, live, node, secret, ours, tuple(e for e in entries if e is not ours))
+
+    diff = differences(body, live, node, owned=ours.paths if ours else frozenset(), secret=secret)
+    changed = diff.changed
+    conflicts = _conflicts(ctx, changed, diff.values, options, _pointer_paths(manifest, FORCE_FIELDS, node))
+    yielded = {c.path for c in conflicts if c.resolution is Resolution.YIELD}
+    if yielded:
+        body = copy.deepcopy(body)
+        for path in yielded:
+            remove_path(body, path, node)
+    declared = manifest_paths(body, node)
+    owned = ours.paths if ours else frozenset()
+    # An ignored path we still own does not by itself cost a write (module docstring).
+    owned_checked = frozenset(p for p in owned if not any(is_under(p, i) for i in ignored))
+    ownership_exact = (
+        ours is not None and ours.api_version == desired.api_version and owned_checked == declared
+    )
+    pending = {p for p in changed if not any(is_under(p, y) or is_under(y, p) for y in yielded)}
+    pending |= diff.reordered
+
+    if not changed and not diff.reordered and ownership_exact:
+        return _change(desired, Action.NOOP, declared=declared, **ids)
+    if not pending and ownership_exact:
+        return _change(
+            desired,
+            Action.CONFLICT,
+            declared=declared,
+            changed=frozenset(changed),
+            conflicts=conflicts,
+            reason="every differing path is owned by another manager and yielded; nothing to send",
+            **ids,
+        )
+    released = _released(owned - declared, ctx.others)
+    ops: tuple[dict[str, Any], ...] = ()
+    if options.detail:
+        expected = expected_after(live, body, released, node)
+        before, after = masking.mask_pair(live, expected) if secret else (live, expected)
+        ops = tuple(jsonpatch.make_patch(for_report(before), for_report(after)).patch)
+    forced = any(c.resolution is Resolution.FORCE for c in conflicts)
+    reason = _update_reason(ctx, adopting, pending, released, options, diff.reordered, diff.inside)
+    return _change(
+        desired,
+        Action.UPDATE,
+        body=masking.mask_secret(body) if secret else body,
+        declared=declared,
+        changed=frozenset(changed | diff.reordered),
+        released=released,
+        conflicts=conflicts,
+        force=forced,
+        operations=ops,
+        reason=reason,
+        **ids,
+    )
+
+
+def _is_our_apply(entry: ManagedEntry, manager: str) -> bool:
+    return entry.manager == manager and entry.operation == "Apply" and not entry.subresource
+
+
+def _adoption(
+    live: Manifest, entries: Sequence[ManagedEntry], ours: ManagedEntry | None, options: PlanOptions
+) -> tuple[str, bool]:
+    """(refusal reason or "", whether this write adopts an object that was not ours)."""
+    meta = live.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    label_key, label_value = options.membership_label or (PART_OF, None)
+    if ours is not None or (label_value is not None and labels.get(label_key) == label_value):
+        return "", False
+    if options.adopt == "always":
+        return "", True
+    if options.adopt == "never":
+        return "exists and is not ours (adopt = never)", False
+    if label_key in labels:
+        return f"belongs to another set ({label_key}={labels[label_key]}); adopt = if-unowned refuses", False
+    if meta.get("ownerReferences"):
+        owners = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in meta["ownerReferences"])
+        return f"has ownerReferences ({owners}); adopt = if-unowned refuses", False
+    appliers = sorted(
+        {e.manager for e in entries if e.operation == "Apply" and e.manager != options.field_manager}
+    )
+    if appliers:
+        return f"applied by another manager ({', '.join(appliers)}); adopt = if-unowned refuses", False
+    return "", True
+
+
+def _conflicts(
+    ctx: _Context,
+    changed: set[FieldPath],
+    values: Mapping[FieldPath, tuple[Any, Any]],
+    options: PlanOptions,
+    forced_paths: Sequence[FieldPath],
+) -> tuple[FieldConflict, ...]:
+    """Changed paths another entry owns, each resolved; a path is yielded if any owner yields."""
+    found: dict[FieldPath, list[ManagedEntry]] = {}
+    for path in sorted(changed):
+        for entry in ctx.others:
+            unit = _overlap(path, entry)
+            if unit is not None:
+                found.setdefault(whole_item_if_key(unit), []).append(entry)
+    out: list[FieldConflict] = []
+    for unit, owners in sorted(found.items()):
+        resolutions = [_resolve(unit, e, options, forced_paths) for e in owners]
+        final = Resolution.YIELD if Resolution.YIELD in resolutions else Resolution.FORCE
+        desired_value, live_value = values.get(unit, (None, None))
+        for e in owners:
+            out.append(
+                FieldConflict(
+                    path=unit,
+                    manager=e.manager,
+                    operation=e.operation,
+                    subresource=e.subresource,
+                    resolution=final,
+                    desired=masking.mask_value(unit, desired_value, secret=ctx.secret),
+                    live=masking.mask_value(unit, live_value, secret=ctx.secret),
+                )
+            )
+    return tuple(out)
+
+
+def _overlap(path: FieldPath, entry: ManagedEntry) -> FieldPath | None:
+    """The unit the server would conflict on if ``entry`` owns ``path``, or ``None``.
+
+    Exact ownership is the normal case. The other two cover a schema we guessed
+    differently from the server: they hold an atomic ancestor of our path (we must
+    yield their whole field), or we declare atomically what they own in parts.
+    """
+    if path in entry.paths:
+        return path
+    if path in entry.inner:
+        return path
+    for i in range(len(path) - 1, 0, -1):
+        prefix = path[:i]
+        if prefix in entry.paths and prefix not in entry.inner and prefix[-1].startswith("f:"):
+            return prefix
+    return None
+
+
+def _resolve(
+    path: FieldPath, entry: ManagedEntry, options: PlanOptions, forced: Sequence[FieldPath]
+) -> Resolution:
+    if any(is_under(path, f) for f in forced):
+        return Resolution.FORCE
+    if entry.manager == options.field_manager:
+        return Resolution.FORCE  # our own plain patches (e.g. orphaning) are not someone else's
+    for rule in options.rules:
+        if rule.matches(entry.manager, entry.operation, entry.subresource):
+            return Resolution.FORCE if rule.action == "force" else Resolution.YIELD
+    return Resolution.YIELD
+
+
+def _released(
+    paths: frozenset[FieldPath], others: Sequence[ManagedEntry]
+) -> tuple[tuple[FieldPath, bool], ...]:
+    """Each path we give up, with whether the server removes it (no other manager owns it or below it)."""
+    theirs = frozenset().union(*(e.paths for e in others)) if others else frozenset()
+    inner = frozenset().union(*(e.inner for e in others)) if others else frozenset()
+    removed = {p: p not in theirs and p not in inner for p in paths}
+    for p in paths:
+        item = whole_item_if_key(p)
+        if item != p:
+            # A key field leaves only with its item, never on its own.
+            removed[p] = removed[p] and removed.get(item, False)
+    return tuple((p, removed[p]) for p in sorted(paths))
+
+
+def _update_reason(
+    ctx: _Context,
+    adopting: bool,
+    pending: set[FieldPath],
+    released: Sequence[tuple[FieldPath, bool]],
+    options: PlanOptions,
+    reordered: set[FieldPath],
+    inside: Mapping[FieldPath, tuple[str, ...]],
+) -> str:
+    parts: list[str] = []
+    if adopting:
+        parts.append(f"adopting an existing object (adopt = {options.adopt})")
+    elif ctx.ours is None:
+        holders = sorted({e.manager for e in ctx.others}) or ["nobody"]
+        parts.append(f"re-adopting: our field manager owns nothing (fields held by {', '.join(holders)})")
+    elif ctx.ours.api_version and ctx.ours.api_version != str(ctx.desired.get("apiVersion", "")):
+        parts.append(f"our Apply entry was recorded at {ctx.ours.api_version}")
+    if pending:
+        shown = [_shown(p, reordered, inside) for p in sorted(pending)]
+        parts.append("changed: " + name_list(shown))
+    if released:
+        parts.append("released: " + name_list([render_path(p) for p, _ in released]))
+    return "; ".join(parts) or "ownership of declared paths to be brought in line"
+
+
+def _shown(path: FieldPath, reordered: set[FieldPath], inside: Mapping[FieldPath, tuple[str, ...]]) -> str:
+    if path in reordered:
+        return f"{render_path(path)} (order)"
+    where = inside.get(path)
+    return f"{render_path(path)} ({', '.join(where)})" if where else render_path(path)
+
+
+def expected_object(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Manifest | None:
+    """The unmasked object the plan expects after applying (``None`` when nothing is sent).
+
+    For comparing with a server-side dry-run apply; never put its result in a report (Secrets).
+    """
+    change = plan_object(desired, live, options)
+    if change.body is None:
+        return None
+    body = request_body(change, desired)
+    if live is None or body is None:
+        return body
+    group, version = split_api_version(desired.api_version)
+    node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
+    return expected_after(live, body, change.released, node)
+
+
+def request_body(change: Change, desired: DesiredObject) -> Manifest | None:
+    """The body to send for ``change``: ``change.body`` with a Secret's masked values restored from Git."""
+    if change.body is None:
+        return None
+    if not masking.is_secret(change.body):
+        return change.body
+    body = copy.deepcopy(change.body)
+    real = secret_string_data_as_data(desired.manifest)
+    if isinstance(body.get("data"), dict):
+        body["data"] = {k: real[k] for k in body["data"] if k in real}
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if masking.LAST_APPLIED in annotations:
+        annotations[masking.LAST_APPLIED] = _annotation(desired.manifest, masking.LAST_APPLIED)
+    return body
+
+
+def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Manifest | None:
+    """The unmasked body a write for this object carries, whatever the verdict (``None`` for SKIP).
+
+    For UPDATE/CREATE it is ``request_body``; for NOOP/CONFLICT it is what *would* be sent:
+    Git's manifest cleaned, yielded paths left out. The cross-check test sends it as a
+    dry-run to prove a NOOP changes nothing; ``takeover`` sends it with force.
+    """
+    change = plan_object(desired, live, options)
+    if change.action is Action.SKIP:
+        return None
+    if change.body is not None:
+        return request_body(change, desired)
+    group, version = split_api_version(desired.api_version)
+    node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
+    body = _clean(desired.manifest, _pointer_paths(desired.manifest, IGNORE_FIELDS, node), node)
+    if change.yielded:
+        body = copy.deepcopy(body)  # _clean may return Git's manifest itself
+    for conflict in change.yielded:
+        remove_path(body, conflict.path, node)
+    return body
+
+
+def summary_line(plan_: Plan) -> str:
+    """``create 1, update 2, noop 40, ...`` for logs."""
+    return ", ".join(f"{k} {v}" for k, v in plan_.summary().items() if v)
+
+
+__all__ = [
+    "FORCE_FIELDS",
+    "IGNORE_FIELDS",
+    "PART_OF",
+    "RECONCILE",
+    "PlanOptions",
+    "expected_object",
+    "plan",
+    "plan_object",
+    "request_body",
+    "send_body",
+    "summary_line",
+]

@@ -1,0 +1,303 @@
+"""managedFields hygiene: hand Git-declared fields over from leftover managers to ours.
+
+Restores and migrations leave field managers behind that nobody runs any more:
+``before-first-apply`` (the API server's placeholder for fields that predate
+managedFields), ``kubectl-client-side-apply`` (``kubectl apply`` without
+``--server-side``), restore tools (``velero*``), a previous agent name (an
+applier that owns the ApplySet ``part-of`` label), or a single manager owning
+every field, as a restore leaves it. While such a manager co-owns a field Git
+declares, removing that field from Git does not remove it from the cluster
+(the server keeps co-owned fields), and its drift is reported as a conflict.
+
+``plan_takeover`` (pure) lists, per object, which Git-declared paths would move
+from which leftover manager to our field manager, and why each manager counts
+as a leftover; ``--manager`` names the managers explicitly instead. Only paths
+Git declares are ever taken over; paths held by anyone else (an HPA through
+``/scale``, a user's label) are left out of the body, so nothing is forced over
+them. ``execute_takeover`` does it: a forced server-side apply of the body
+(moves the paths whose values differ and makes us an owner of the rest, with
+the plan's ``resourceVersion`` as a precondition), then a JSON patch of
+``metadata.managedFields`` guarded by a ``test`` of the new ``resourceVersion``
+that removes the declared paths from the leftover entries — an apply alone
+cannot move a field whose value is unchanged: the server makes it shared.
+This is what ``kubectl``'s client-side → server-side upgrade does.
+
+Called by ``agent/cli_takeover.py`` with the pieces of ``ClusterReconciler``
+(render, prepare, schema, read_live); tests in ``tests/test_takeover.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agent.apply.inventory import PART_OF, widen
+from agent.config.types import ConflictRule
+from agent.errors import ApiError, ClusterError
+from agent.kube.client import KubeClient
+from agent.model import (
+    ApplyResult,
+    DesiredObject,
+    FieldConflict,
+    FieldPath,
+    Manifest,
+    ObjectKey,
+    Outcome,
+    split_api_version,
+)
+from agent.plan.fields import (
+    ManagedEntry,
+    decode_fields_v1,
+    encode_fields_v1,
+    is_under,
+    managed_entries,
+    manifest_paths,
+    name_list,
+    render_path,
+)
+from agent.plan.planner import PlanOptions, plan_object, send_body
+from agent.plan.schema import root_node
+from agent.reconcile.reconciler import ClusterReconciler
+
+#: Managers that are leftovers by name: (glob, why).
+KNOWN_LEFTOVERS: tuple[tuple[str, str], ...] = (
+    ("before-first-apply", "the API server's placeholder for fields set before managedFields existed"),
+    ("kubectl-client-side-apply", "client-side apply (kubectl apply without --server-side)"),
+    ("velero*", "a restore tool's manager"),
+)
+_PART_OF_PATH: FieldPath = ("f:metadata", "f:labels", f"f:{PART_OF}")
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Git-declared paths one leftover managedFields entry holds, to move to our manager."""
+
+    manager: str
+    operation: str
+    api_version: str
+    paths: tuple[FieldPath, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class TakeoverItem:
+    """One object to take over; ``yielded`` paths stay with their (non-leftover) owners."""
+
+    key: ObjectKey
+    handovers: tuple[Handover, ...]
+    resource_version: str | None
+    yielded: tuple[FieldConflict, ...] = ()
+
+    @property
+    def paths(self) -> int:
+        return sum(len(h.paths) for h in self.handovers)
+
+
+@dataclass(frozen=True)
+class TakeoverPlan:
+    cluster: str
+    field_manager: str
+    items: tuple[TakeoverItem, ...]
+
+    @property
+    def managers(self) -> tuple[str, ...]:
+        return tuple(sorted({h.manager for i in self.items for h in i.handovers}))
+
+
+def leftover_reason(
+    entry: ManagedEntry, entries: Sequence[ManagedEntry], field_manager: str, named: Sequence[str]
+) -> str | None:
+    """Why ``entry`` counts as a leftover manager, or ``None``. ``named``: the --manager globs."""
+    if entry.subresource or (entry.manager == field_manager and entry.operation == "Apply"):
+        return None  # a status/scale writer is cooperation, never a leftover; our entry is ours
+    if named:
+        hit = any(fnmatch.fnmatchcase(entry.manager, g) for g in named)
+        return "named with --manager" if hit else None
+    if entry.manager == field_manager:
+        return "our own manager's non-apply writes"
+    for glob, why in KNOWN_LEFTOVERS:
+        if fnmatch.fnmatchcase(entry.manager, glob):
+            return why
+    if entry.operation == "Apply" and _PART_OF_PATH in entry.paths:
+        return "an applier that owns the ApplySet part-of label (a previous agent name?)"
+    main = [e for e in entries if not e.subresource]
+    if main == [entry]:
+        return "the single owner of every field (as a restore leaves it)"
+    return None
+
+
+def _options_for(base: PlanOptions, leftovers: Sequence[str]) -> PlanOptions:
+    """Force only over the leftovers, yield to everyone else; take the object whatever adopt says."""
+    rules = [ConflictRule(manager=m, action="force") for m in sorted(set(leftovers))]
+    rules.append(ConflictRule(manager="*", action="yield"))
+    return replace(base, rules=tuple(rules), adopt="always")
+
+
+def plan_takeover(
+    cluster: str,
+    desired: Sequence[DesiredObject],
+    live: Mapping[ObjectKey, Manifest | None],
+    options: PlanOptions,
+    named: Sequence[str] = (),
+) -> TakeoverPlan:
+    """Per object, the Git-declared paths leftover managers hold (pure; see the module docstring)."""
+    items: list[TakeoverItem] = []
+    for obj in desired:
+        current = live.get(obj.key)
+        if current is None:
+            continue
+        entries = managed_entries(current)
+        reasons = {e: r for e in entries if (r := leftover_reason(e, entries, options.field_manager, named))}
+        if not reasons:
+            continue
+        opts = _options_for(options, [e.manager for e in reasons])
+        body = send_body(obj, current, opts)
+        if body is None:
+            continue  # reconcile disabled: never touched
+        group, version = split_api_version(obj.api_version)
+        declared = manifest_paths(body, root_node(options.schema, group, version, str(obj.manifest["kind"])))
+        handovers = tuple(
+            Handover(e.manager, e.operation, e.api_version, tuple(sorted(declared & e.paths)), why)
+            for e, why in reasons.items()
+            if declared & e.paths
+        )
+        if handovers:
+            change = plan_object(obj, current, opts)
+            rv = str(current["metadata"].get("resourceVersion") or "") or None
+            items.append(TakeoverItem(obj.key, handovers, rv, change.yielded))
+    return TakeoverPlan(cluster, options.field_manager, tuple(items))
+
+
+def _without(entry: Mapping[str, Any], moved: frozenset[FieldPath]) -> dict[str, Any] | None:
+    """``entry`` with ``moved`` paths removed, and markers left only as their parents; ``None``: empty."""
+    paths = decode_fields_v1(entry.get("fieldsV1") or {})
+    rest = {p for p in paths if p not in moved}
+    # A "." marker of a map or list item that only held moved fields goes too: its content is ours now.
+    rest = {p for p in rest if not (any(is_under(m, p) for m in moved) and not any(
+        is_under(q, p) and q != p for q in rest))}  # fmt: skip
+    if not rest:
+        return None
+    return {**entry, "fieldsV1": encode_fields_v1(rest)}
+
+
+def execute_takeover(
+    client: KubeClient,
+    plan_: TakeoverPlan,
+    desired: Mapping[ObjectKey, DesiredObject],
+    options: PlanOptions,
+    named: Sequence[str] = (),
+) -> list[ApplyResult]:
+    """Take each item over: re-planned from a fresh read (controllers write status in between),
+    a forced apply of Git's paths only, then the moved paths removed from the leftovers."""
+    results: list[ApplyResult] = []
+    for item in plan_.items:
+        obj = desired[item.key]
+        try:
+            results.append(_take(client, obj, options, named))
+        except ApiError as e:
+            if e.status in (0, 401):
+                raise
+            hint = " (it changed under us: run takeover again)" if e.status in (409, 422) else ""
+            results.append(
+                ApplyResult(item.key, Outcome.FAILED, status=e.status, message=f"{e.api_message}{hint}")
+            )
+    return results
+
+
+def _take(client: KubeClient, obj: DesiredObject, options: PlanOptions, named: Sequence[str]) -> ApplyResult:
+    info = client.resource(obj.api_version, obj.key.kind)
+    ns = obj.key.namespace or None
+    live = client.get(info, ns, obj.key.name)
+    fresh = plan_takeover("", [obj], {obj.key: live}, options, named).items
+    if not fresh:
+        return ApplyResult(obj.key, Outcome.UNCHANGED, message="nothing left to take over")
+    item = fresh[0]
+    body = send_body(obj, live, _options_for(options, [h.manager for h in item.handovers]))
+    assert body is not None
+    body = copy.deepcopy(body)
+    body["metadata"]["resourceVersion"] = item.resource_version
+    applied = client.apply(body, field_manager=options.field_manager, force=True, info=info)
+    moved = {(h.manager, h.operation, h.api_version): frozenset(h.paths) for h in item.handovers}
+    entries: list[dict[str, Any]] = []
+    for raw in applied["metadata"].get("managedFields") or ():
+        paths = moved.get((raw.get("manager"), raw.get("operation"), raw.get("apiVersion")))
+        if paths is None or raw.get("subresource"):
+            entries.append(raw)
+        elif (kept := _without(raw, paths)) is not None:
+            entries.append(kept)
+    if entries != applied["metadata"].get("managedFields"):
+        rv = applied["metadata"]["resourceVersion"]
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+        ]
+        client.patch(info, ns, obj.key.name, patch, patch_type="json", field_manager=options.field_manager)
+    managers = ", ".join(h.manager for h in item.handovers)
+    return ApplyResult(
+        obj.key,
+        Outcome.CONFIGURED,
+        message=f"took over {item.paths} path(s) from {managers}",
+        uid=applied["metadata"].get("uid"),
+    )
+
+
+def describe(plan_: TakeoverPlan, *, applied: bool) -> list[str]:
+    """The report the CLI prints: per object, which paths move from which manager, and why."""
+    mode = "applying" if applied else "dry run: nothing is written; --apply to do it"
+    lines = [f"takeover on cluster {plan_.cluster} by field manager {plan_.field_manager} ({mode})"]
+    for item in plan_.items:
+        lines.append(f"{item.key}  (resourceVersion {item.resource_version})")
+        for h in item.handovers:
+            shown = name_list([render_path(p) for p in h.paths], limit=6)
+            lines.append(
+                f"  {h.manager} ({h.operation}) → {plan_.field_manager}: {len(h.paths)} path(s): {shown}"
+            )
+            lines.append(f"      why: {h.why}")
+        for c in item.yielded:
+            lines.append(f"  left to {c.manager} ({c.subresource or c.operation}): {render_path(c.path)}")
+    total = sum(i.paths for i in plan_.items)
+    lines.append(
+        f"{len(plan_.items)} object(s), {total} Git-declared path(s) from "
+        f"{len(plan_.managers)} manager(s): {', '.join(plan_.managers) or 'none'}"
+    )
+    return lines
+
+
+def run_takeover(
+    reconciler: ClusterReconciler, revision: Any, named: Sequence[str], *, apply: bool
+) -> tuple[TakeoverPlan, list[ApplyResult]]:
+    """Render, read live and plan with the reconciler's own pieces; with ``apply``, widen the
+    inventory first (invariant 10) and take the paths over."""
+    store = reconciler.store
+    desired = reconciler.desired(reconciler.render(revision), store.id)
+    by_key = {o.key: o for o in desired}
+    live = reconciler.read_live(set(by_key), desired)
+    if live.errors:
+        raise ClusterError(reconciler.cluster.name, "; ".join(live.errors), retryable=True)
+    options = reconciler.plan_options(store.id)
+    the_plan = plan_takeover(
+        reconciler.cluster.name, desired, {k: live.objects.get(k) for k in by_key}, options, named
+    )
+    if not apply or not the_plan.items:
+        return the_plan, []
+    inventory = store.claim(store.load())  # refused if another entry's; created (claimed) if absent
+    members = widen(inventory, [i.key for i in the_plan.items])
+    if {m.key for m in members} != set(inventory.members):
+        store.write(members)
+    return the_plan, execute_takeover(reconciler.client, the_plan, by_key, options, named)
+
+
+__all__ = [
+    "KNOWN_LEFTOVERS",
+    "Handover",
+    "TakeoverItem",
+    "TakeoverPlan",
+    "describe",
+    "execute_takeover",
+    "leftover_reason",
+    "plan_takeover",
+    "run_takeover",
+]

@@ -1,0 +1,1 @@
+"""Desired state: plain YAML/JSON, kustomize, helm (pinned, sandboxed), ``${VAR}`` substitution."""

@@ -1,0 +1,208 @@
+"""The fast path of YAML parsing: libyaml composes, a small Python walk builds the values.
+
+Called by ``agent.render.manifests.parse_yaml`` only. ``load(text, variables)``
+returns the documents of an *ordinary* stream -- or ``None``, and then the
+caller parses the same text with its pure-Python loader, which is the
+reference for every behaviour (error messages, line/column of problems, alias
+bombs, merge keys, unusual tags). So this module never reports a problem
+itself: anything it does not handle exactly like that loader (a syntax error,
+a duplicate or non-string key, a bad ``${...}``, an alias, an explicit tag
+other than the JSON scalar ones, a merge key) is a reason to hand over.
+
+Why: PyYAML's pure-Python scanner/parser took ~1 s per 1,000 documents, most
+of an initial apply. libyaml (``yaml.cyaml.CParser``) builds the node tree in
+C with marks on every node; the only Python left is the resolver it calls per
+scalar and the walk below (substitution, duplicate keys, lines, values).
+
+``${VAR}`` is substituted per scalar before its type is resolved, as in the
+pure-Python loader: a substituted plain scalar without an explicit tag gets
+its tag resolved again, so ``replicas: ${N}`` is an int and ``"${N}"`` a str.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from agent.render.substitute import substitute
+
+#: libyaml is compiled into this PyYAML: the fast path is used (a test asserts it on our machines).
+AVAILABLE: bool = bool(getattr(yaml, "__with_libyaml__", False))
+
+#: A document with more possible nesting levels than this goes to the pure-Python loader: the
+#: libyaml composer recurses on the C stack (~300 bytes a level; 8 MB stacks crash at ~25,000
+#: levels, a segfault no ``except`` can catch), while the Python one stops with RecursionError.
+MAX_C_DEPTH = 10_000
+# Every nesting level starts with one of these characters of its own (flow opener, block
+# sequence entry, complex key, or the value indicator of a mapping's first key), so their count in
+# a document bounds its depth. Anything else (scalars, comments) only makes the bound looser.
+_LEVEL_CHARS = "[{-?:"
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_PLAIN = (None, "")  # ScalarNode.style of a plain scalar (libyaml: "", PyYAML: None)
+
+#: (value, index in the stream, first line, {id(dict): line}) per document.
+FastDocument = tuple[Any, int, int, dict[int, int]]
+
+
+class Resolver(yaml.resolver.Resolver):
+    """The implicit types of ``yaml.SafeLoader`` except timestamps: dates stay strings (sigs.k8s.io/yaml)."""
+
+
+Resolver.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+_constructor = SafeConstructor()  # only its stateless scalar constructors are used
+
+
+class _Handover(Exception):
+    """The stream needs the pure-Python loader (a problem to report, or YAML we do not build here)."""
+
+
+if AVAILABLE:
+    from yaml import cyaml
+
+    _CParser: Any = cyaml.__dict__["CParser"]  # not in cyaml's __all__, and untyped
+
+    class _Composer(_CParser, Resolver):  # type: ignore[misc]
+        def __init__(self, text: str) -> None:
+            _CParser.__init__(self, text)
+            Resolver.__init__(self)
+
+
+def load(text: str, variables: Mapping[str, str] | None, *, max_nodes: int) -> list[FastDocument] | None:
+    """Every document of ``text``, or ``None`` when the pure-Python loader must parse it.
+
+    ``max_nodes``: a document with more nodes is handed over too (the reference loader refuses it).
+    """
+    if not AVAILABLE or not _shallow(text):
+        return None
+    walk = _Walk(text, variables, max_nodes)
+    composer = _Composer(text)
+    docs: list[FastDocument] = []
+    try:
+        while composer.check_node():
+            node = composer.get_node()
+            walk.lines, walk.nodes = {}, 0
+            if walk.seen is not None:
+                walk.seen = set()  # ids of an earlier document's freed nodes are reused
+            value = walk.build(node)
+            docs.append((value, len(docs), node.start_mark.line + 1, walk.lines))
+    except (_Handover, yaml.YAMLError, RecursionError, ValueError, TypeError, KeyError):
+        return None  # the reference loader says what is wrong, in its own words and places
+    finally:
+        composer.dispose()
+    return docs
+
+
+def _shallow(text: str) -> bool:
+    """Whether no document of ``text`` can nest deeper than ``MAX_C_DEPTH`` (see ``_LEVEL_CHARS``)."""
+    if sum(text.count(c) for c in _LEVEL_CHARS) <= MAX_C_DEPTH:
+        return True
+    # A "---" or "..." at column 0 always ends a document (even inside a block or quoted scalar),
+    # so each document lies within one piece between such lines.
+    cuts = [0]
+    for marker in ("\n---", "\n..."):
+        at = text.find(marker)
+        while at >= 0:
+            cuts.append(at + 1)
+            at = text.find(marker, at + 1)
+    cuts.sort()
+    cuts.append(len(text))
+    return all(sum(text.count(c, a, b) for c in _LEVEL_CHARS) <= MAX_C_DEPTH for a, b in pairwise(cuts))
+
+
+class _Walk:
+    """Builds one document's value from its node tree: substitution, types, duplicate keys, lines."""
+
+    def __init__(self, text: str, variables: Mapping[str, str] | None, max_nodes: int) -> None:
+        self.text = text
+        self.variables = variables
+        self.max_nodes = max_nodes
+        self.nodes = 0
+        self.lines: dict[int, int] = {}
+        # Aliases make one node reachable twice (and alias bombs): the reference loader sizes those.
+        self.seen: set[int] | None = set() if "*" in text else None
+
+    def build(self, node: Node) -> Any:
+        self.nodes += 1
+        if self.nodes > self.max_nodes:
+            raise _Handover
+        if self.seen is not None:
+            if id(node) in self.seen:
+                raise _Handover
+            self.seen.add(id(node))
+        cls = node.__class__
+        if isinstance(node, ScalarNode):  # exact classes: libyaml makes no subclasses
+            return self.scalar(node)
+        if cls is MappingNode:
+            if node.tag != _MAP:
+                raise _Handover
+            data: dict[str, Any] = {}
+            self.lines[id(data)] = node.start_mark.line + 1
+            for key_node, value_node in node.value:
+                key = self.build(key_node)
+                if key.__class__ is not str or key in data:
+                    raise _Handover  # non-string or duplicate key (or a merge key, "<<" tagged merge)
+                data[key] = self.build(value_node)
+            return data
+        if cls is SequenceNode:
+            if node.tag != _SEQ:
+                raise _Handover
+            return [self.build(n) for n in node.value]
+        raise _Handover
+
+    def scalar(self, node: ScalarNode) -> Any:
+        value = node.value
+        if self.variables is not None and "$" in value:
+            new, problems = substitute(value, self.variables)
+            if problems:
+                raise _Handover
+            if new != value:
+                node.value = new
+                tag = self._written_tag(node)
+                if (node.style in _PLAIN and tag is None) or tag == "!":  # PyYAML: "!" resolves as plain
+                    node.tag = _resolve(ScalarNode, new, (True, False))
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        if tag == _INT:
+            return _constructor.construct_yaml_int(node)
+        if tag == _NULL:
+            return None
+        if tag == _BOOL:
+            return _constructor.construct_yaml_bool(node)
+        if tag == _FLOAT:
+            return _constructor.construct_yaml_float(node)
+        raise _Handover  # merge keys, "=", binary, set, custom tags: the reference loader decides
+
+    def _written_tag(self, node: ScalarNode) -> str | None:
+        """The tag written before the scalar (``!!str ${N}``, ``&a ! ${N}``), if any: no resolving then."""
+        text, i = self.text, node.start_mark.index  # libyaml marks count characters, like str indices
+        if text.startswith("&", i):  # an anchor comes first: skip it and the blanks after it
+            while i < len(text) and text[i] not in " \t\r\n":
+                i += 1
+            while i < len(text) and text[i] in " \t":
+                i += 1
+        if not text.startswith("!", i):
+            return None
+        end = i
+        while end < len(text) and text[end] not in " \t\r\n":
+            end += 1
+        return text[i:end]
+
+
+_resolve: Any = Resolver().resolve  # untyped in PyYAML's stubs

@@ -1,0 +1,497 @@
+"""Parse YAML and JSON manifest text into validated Kubernetes objects, with lines.
+
+Called by ``agent.render`` for plain files and for the output of ``kustomize
+build`` and ``helm template``. Nothing here touches the disk or a process: it
+takes text and returns objects or ``RenderProblem``s, never a partial answer
+disguised as a whole one -- a caller that gets any problem discards the lot.
+
+Stricter than PyYAML's defaults, on purpose, so that what reaches a cluster is
+what the author meant:
+
+* duplicate mapping keys are errors (PyYAML keeps the last one silently);
+* non-string mapping keys, ``!!binary``/``!!set``/timestamps-by-tag, ``.nan``
+  and ``.inf`` are errors: a manifest is JSON, and Kubernetes would disagree
+  about them; unquoted dates stay strings, as in ``sigs.k8s.io/yaml``;
+* alias "bombs" and recursive aliases are refused before being expanded;
+* ``${VAR}`` is substituted per scalar before its type is resolved
+  (see ``agent.render.substitute``);
+* every object needs string ``apiVersion``, ``kind`` and ``metadata.name``;
+  ``kind: List`` (and ``*List`` with ``items``) is flattened.
+"""
+
+from __future__ import annotations
+
+import json
+import json.decoder
+import json.scanner
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+from agent.errors import RenderProblem
+from agent.model import Manifest, Provenance
+from agent.render import fastyaml
+from agent.render.substitute import substitute
+
+#: Expanded node count above which a document is refused (a "billion laughs" alias bomb).
+MAX_EXPANDED_NODES = 1_000_000
+_NAME_FORBIDDEN = ("/", "%")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Maps line numbers of a parsed text back to what the user can open.
+
+    For a plain file this is the identity. For tool output (``label`` such as
+    ``apps/prod (kustomize build output)``) ``sections`` lists ``(first_line,
+    source_file)`` pairs, e.g. Helm's ``# Source:`` comments: a line inside a
+    section is reported relative to that section, under the source's name.
+    """
+
+    file: str
+    label: str = ""
+    sections: tuple[tuple[int, str], ...] = ()
+    provenance_lines: bool = True
+
+    def locate(self, line: int | None) -> tuple[str, int | None]:
+        """(file for an error message, line in it) for a 1-based ``line`` of the text."""
+        if line is None:
+            return self.label or self.file, None
+        best: tuple[int, str] | None = None
+        for start, source in self.sections:
+            if start <= line:
+                best = (start, source)
+        if best is not None:
+            return f"{best[1]} (rendered)", line - best[0]
+        return self.label or self.file, line
+
+    def provenance(self, document: int, line: int | None) -> Provenance:
+        file = self.file
+        for start, source in self.sections:
+            if line is not None and start <= line:
+                file = source
+        return Provenance(file, document, line if self.provenance_lines else None)
+
+    def problem(self, message: str, line: int | None = None, column: int | None = None) -> RenderProblem:
+        file, at = self.locate(line)
+        return RenderProblem(file, message, at, column if at is not None else None)
+
+
+@dataclass
+class Document:
+    """One parsed document: its value, index in the stream and first line (1-based)."""
+
+    value: Any
+    index: int
+    line: int | None
+    #: ``id(dict) -> line`` for every mapping in ``value``, so List items keep their lines.
+    lines: dict[int, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------
+# YAML
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that substitutes, keeps dates as strings, and collects problems."""
+
+    variables: Mapping[str, str] | None = None
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        # (message, line, column, line of an earlier definition), 1-based
+        self.problems: list[tuple[str, int, int, int | None]] = []
+        self.lines: dict[int, int] = {}
+
+    def compose_scalar_node(self, anchor: Any) -> Any:
+        parser: Any = self  # PyYAML's parser methods are untyped
+        event = parser.peek_event()
+        if self.variables is not None and "$" in event.value:
+            value, found = substitute(event.value, self.variables)
+            for p in found:
+                line, column = _offset_mark(event, p.offset)
+                self.problems.append((p.message, line, column, None))
+            event.value = value
+        return super().compose_scalar_node(anchor)
+
+    def construct_yaml_map(self, node: MappingNode) -> Any:
+        data: dict[Any, Any] = {}
+        self.lines[id(data)] = node.start_mark.line + 1
+        yield data
+        data.update(self.construct_mapping(node))
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
+            if not isinstance(key, str):
+                self.problems.append((f"mapping key {key!r} is not a string (quote it)", line, column, None))
+                continue
+            if key in seen:
+                message = f"duplicate mapping key {key!r} (YAML would keep only one)"
+                self.problems.append((message, line, column, seen[key]))
+            else:
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_undefined(self, node: Node) -> Any:
+        mark = node.start_mark
+        self.problems.append((f"unsupported YAML tag {node.tag!r}", mark.line + 1, mark.column + 1, None))
+        return None
+
+
+def _offset_mark(event: Any, offset: int) -> tuple[int, int]:
+    """Best line/column of ``offset`` inside a plain or quoted scalar (exact for one-line scalars)."""
+    line, column = event.start_mark.line + 1, event.start_mark.column + 1
+    if event.style in (None, "", "'", '"') and event.start_mark.line == event.end_mark.line:
+        return line, column + offset + (1 if event.style in ("'", '"') else 0)
+    return line, column
+
+
+# Dates stay strings (sigs.k8s.io/yaml does not turn them into timestamps).
+_Loader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+_Loader.add_constructor(None, _Loader.construct_undefined)
+for _tag in ("binary", "set", "omap", "pairs", "timestamp"):
+    _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _Loader.construct_undefined)
+
+
+def _expanded_size(root: Node) -> str | None:
+    """Refuse alias bombs and recursive aliases by sizing the node graph as it would be expanded."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise _Recursive
+        active.add(key)
+        total = 1
+        if isinstance(node, SequenceNode):
+            total += sum(size(n) for n in node.value)
+        elif isinstance(node, MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        active.discard(key)
+        sizes[key] = min(total, MAX_EXPANDED_NODES + 1)
+        return sizes[key]
+
+    try:
+        if size(root) > MAX_EXPANDED_NODES:
+            return f"document expands to more than {MAX_EXPANDED_NODES} nodes through aliases (alias bomb?)"
+    except _Recursive:
+        return "recursive YAML alias (a node contains itself)"
+    except RecursionError:
+        return "document is nested too deeply"
+    return None
+
+
+class _Recursive(Exception):
+    pass
+
+
+def parse_yaml(
+    text: str, origin: Origin, variables: Mapping[str, str] | None
+) -> tuple[list[Document], list[RenderProblem]]:
+    """Every document of a YAML stream, or the problems that make the stream unusable.
+
+    libyaml parses ordinary streams (``agent.render.fastyaml``, ~6x faster); any stream it hands back --
+    one with a problem to report, aliases, merge keys or unusual tags -- is parsed again by the
+    pure-Python loader below, the reference for every message, line and column.
+    """
+    fast = fastyaml.load(text, variables, max_nodes=MAX_EXPANDED_NODES)
+    if fast is not None:
+        return [Document(value, index, line, lines) for value, index, line, lines in fast], []
+    return _parse_yaml_python(text, origin, variables)
+
+
+def _parse_yaml_python(
+    text: str, origin: Origin, variables: Mapping[str, str] | None
+) -> tuple[list[Document], list[RenderProblem]]:
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:
+        prefix = text[: e.position]
+        line, column = prefix.count("\n") + 1, e.position - (prefix.rfind("\n") + 1) + 1
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        message = f"YAML syntax error: control character U+{code:04X} is not allowed in YAML text"
+        return [], [origin.problem(message, line, column)]
+    loader.variables = variables
+    docs: list[Document] = []
+    problems: list[RenderProblem] = []
+    index = 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            assert node is not None  # check_node() said a document follows
+            start = node.start_mark.line + 1
+            if (bad := _expanded_size(node)) is not None:
+                problems.append(origin.problem(bad, start))
+                index += 1
+                continue
+            before = len(loader.problems)
+            loader.lines = {}
+            value = loader.construct_document(node)
+            if len(loader.problems) == before:
+                docs.append(Document(value, index, start, loader.lines))
+            index += 1
+    except yaml.MarkedYAMLError as e:
+        problems.append(_syntax_problem(e, origin))
+    except yaml.YAMLError as e:
+        problems.append(origin.problem(f"YAML error: {e}"))
+    except RecursionError:
+        problems.append(origin.problem("document is nested too deeply"))
+    finally:
+        loader.dispose()
+    found = []
+    for message, line, column, first in loader.problems:
+        if first is not None:
+            message += f" (first at line {origin.locate(first)[1]})"
+        found.append(origin.problem(message, line, column))
+    problems[:0] = found
+    return docs, problems
+
+
+def _syntax_problem(e: yaml.MarkedYAMLError, origin: Origin) -> RenderProblem:
+    mark = e.problem_mark or e.context_mark
+    problem = e.problem or "invalid YAML"
+    if "'\\t'" in problem:
+        problem = "tab character where YAML expects indentation or a token (indent with spaces)"
+    message = f"YAML syntax error: {problem}"
+    if e.context:
+        message += f" ({e.context}"
+        if e.context_mark is not None and e.context_mark is not mark:
+            message += f" at line {e.context_mark.line + 1}"
+        message += ")"
+    if mark is None:
+        return origin.problem(message)
+    return origin.problem(message, mark.line + 1, mark.column + 1)
+
+
+# ---------------------------------------------------------------------------
+# JSON
+
+_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
+_json_object: Any = json.decoder.JSONObject  # type: ignore[attr-defined]
+_py_make_scanner: Any = json.scanner.py_make_scanner  # type: ignore[attr-defined]
+
+
+def parse_json(
+    text: str, origin: Origin, variables: Mapping[str, str] | None
+) -> tuple[list[Document], list[RenderProblem]]:
+    """One JSON document (whitespace only: none), with duplicate keys and NaN refused."""
+    if not text.strip():
+        return [], []
+    problems: list[RenderProblem] = []
+    lines: dict[int, int] = {}
+
+    def line_of(s: str, idx: int) -> int:
+        return s.count("\n", 0, idx) + 1
+
+    def column_of(s: str, idx: int) -> int:
+        return idx - (s.rfind("\n", 0, idx) + 1) + 1
+
+    def sub(s: str, value: str, idx: int) -> str:
+        if variables is None:
+            return value
+        out, found = substitute(value, variables)
+        for p in found:
+            problems.append(origin.problem(p.message, line_of(s, idx), column_of(s, idx)))
+        return out
+
+    def parse_string(s: str, end: int, strict: bool) -> tuple[str, int]:
+        value, new_end = _scanstring(s, end, strict)
+        return sub(s, value, end - 1), new_end
+
+    def parse_object(
+        s_and_end: tuple[str, int],
+        strict: bool,
+        scan_once: Any,
+        object_hook: Any,
+        object_pairs_hook: Any,
+        memo: Any = None,
+    ) -> tuple[dict[str, Any], int]:
+        s, end = s_and_end
+        pairs, new_end = _json_object(s_and_end, strict, scan_once, None, list, memo)
+        data: dict[str, Any] = {}
+        for key, value in pairs:
+            key = sub(s, key, end - 1)
+            if key in data:
+                problems.append(
+                    origin.problem(
+                        f"duplicate key {key!r} in JSON object", line_of(s, end - 1), column_of(s, end - 1)
+                    )
+                )
+            data[key] = value
+        lines[id(data)] = line_of(s, end - 1)
+        return data, new_end
+
+    def parse_constant(name: str) -> None:
+        problems.append(origin.problem(f"{name} is not valid JSON for Kubernetes"))
+
+    # The pure-Python scanner calls these hooks, which see positions the C scanner hides.
+    decoder: Any = json.JSONDecoder(parse_constant=parse_constant)
+    decoder.parse_object = parse_object
+    decoder.parse_string = parse_string
+    decoder.scan_once = _py_make_scanner(decoder)
+    try:
+        value = decoder.decode(text)
+    except json.JSONDecodeError as e:
+        return [], [origin.problem(f"JSON syntax error: {e.msg}", e.lineno, e.colno)]
+    except RecursionError:
+        return [], [origin.problem("JSON is nested too deeply")]
+    if problems:
+        return [], problems
+    start = line_of(text, len(text) - len(text.lstrip()))
+    return [Document(value, 0, start, lines)], []
+
+
+# ---------------------------------------------------------------------------
+# Objects
+
+
+def objects_of(
+    docs: list[Document], origin: Origin
+) -> tuple[list[tuple[Manifest, Provenance]], list[RenderProblem]]:
+    """Validated objects of parsed documents: empty documents dropped, Lists flattened."""
+    found: list[tuple[Manifest, Provenance]] = []
+    problems: list[RenderProblem] = []
+    for doc in docs:
+        _collect(doc.value, doc, doc.line, origin, found, problems, depth=0)
+    return found, problems
+
+
+def _collect(
+    value: Any,
+    doc: Document,
+    line: int | None,
+    origin: Origin,
+    found: list[tuple[Manifest, Provenance]],
+    problems: list[RenderProblem],
+    *,
+    depth: int,
+) -> None:
+    if value is None and depth == 0:
+        return  # an empty document
+    if not isinstance(value, dict):
+        what = "a list" if isinstance(value, list) else f"a {type(value).__name__} ({_short(value)})"
+        problems.append(
+            origin.problem(f"document {doc.index} is {what}, not a mapping (a Kubernetes object)", line)
+        )
+        return
+    kind = value.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and "items" in value:
+        items = value["items"]
+        if items is None:
+            return
+        if not isinstance(items, list):
+            problems.append(origin.problem(f"{kind}.items must be a list, got {type(items).__name__}", line))
+            return
+        if depth > 4:
+            problems.append(origin.problem(f"{kind} nested too deeply", line))
+            return
+        for i, item in enumerate(items):
+            item_line = doc.lines.get(id(item), line) if isinstance(item, dict) else line
+            if item is None:
+                problems.append(origin.problem(f"{kind}.items[{i}] is empty", line))
+                continue
+            _collect(item, doc, item_line, origin, found, problems, depth=depth + 1)
+        return
+    errors = validate(value)
+    if errors:
+        problems.extend(origin.problem(e, line) for e in errors)
+        return
+    found.append((value, origin.provenance(doc.index, line)))
+
+
+def validate(obj: dict[str, Any]) -> list[str]:
+    """Problems that keep ``obj`` from being a Kubernetes object we can apply."""
+    errors: list[str] = []
+    where = _describe(obj)
+    for key in ("apiVersion", "kind"):
+        v = obj.get(key)
+        if key not in obj or v is None:
+            errors.append(f"{where}: {key} is missing")
+        elif not isinstance(v, str):
+            errors.append(f"{where}: {key} must be a string, got {type(v).__name__} {_short(v)}")
+        elif not v.strip():
+            errors.append(f"{where}: {key} is empty")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        errors.append(
+            f"{where}: metadata is missing" if meta is None else f"{where}: metadata must be a mapping"
+        )
+    else:
+        for key in ("name", "namespace"):
+            v = meta.get(key)
+            if v is None:
+                if key == "name":
+                    hint = (
+                        " (generateName is not supported: objects need a stable name)"
+                        if "generateName" in meta
+                        else ""
+                    )
+                    errors.append(f"{where}: metadata.name is missing{hint}")
+                continue
+            if not isinstance(v, str):
+                errors.append(f"{where}: metadata.{key} must be a string, got {type(v).__name__} {_short(v)}")
+            elif not v or v in (".", "..") or any(c in v for c in _NAME_FORBIDDEN):
+                errors.append(f"{where}: metadata.{key} {v!r} is not a valid object name")
+    bad = _non_json(obj, "")
+    if bad:
+        errors.append(f"{where}: {bad}")
+    return errors
+
+
+def _non_json(value: Any, path: str) -> str | None:
+    """The first value that JSON (and so Kubernetes) cannot carry, if any."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((item, f"{p}.{k}" if p else str(k)) for k, item in v.items())
+        elif isinstance(v, list):
+            stack.extend((item, f"{p}[{i}]") for i, item in enumerate(v))
+        elif isinstance(v, float) and not math.isfinite(v):
+            return f"{p}: {v} is not a JSON number"
+        elif v is not None and not isinstance(v, (str, int, float, bool)):
+            return f"{p}: a {type(v).__name__} is not a JSON value"
+    return None
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "object"
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{kind}/{name}" if isinstance(name, str) and name else f"{kind} (unnamed)"
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def decode_bytes(data: bytes, origin: Origin) -> tuple[str | None, RenderProblem | None]:
+    """UTF-8 text of a file, refusing binary content with where it starts."""
+    if b"\x00" in data:
+        offset = data.index(b"\x00")
+        line = data.count(b"\n", 0, offset) + 1
+        return None, origin.problem("binary content (NUL byte): not a text manifest", line)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return None, origin.problem(f"not UTF-8 text (byte 0x{data[e.start]:02x})", line, column)
+    return text.removeprefix("\ufeff"), None

@@ -1,0 +1,550 @@
+"""Render: a cluster's desired objects from a checked-out revision, failing closed.
+
+Called by ``reconcile`` (through ``RenderCache``) and by ``gitops-agent
+render``. Input: the root of a checkout and a ``RenderSpec``; output: a
+``DesiredSet`` in a stable order, or a ``RenderError`` carrying *every*
+problem found -- never a partial set (invariant 2 of DESIGN.md).
+
+What each configured path (repository-relative) may be:
+
+* a directory with ``kustomization.yaml`` / ``kustomization.yml`` /
+  ``Kustomization``: built with the pinned ``kustomize``; overlays may use
+  bases anywhere inside the repository, never outside it or remote;
+* a directory with ``Chart.yaml``: rendered with the pinned ``helm template``
+  (the chart named by ``RenderSpec.helm`` uses its release name, namespace
+  and values files; any other chart uses release name = cluster name);
+* any other directory: plain manifests. ``*.yaml``, ``*.yml`` and ``*.json``
+  files are read recursively in code-point order of their names;
+  sub-directories that hold a kustomization or a chart are rendered as such
+  (as Flux does) instead of being descended into. Names starting with ``.``
+  (``.git``, ``.github``) are skipped, other extensions are ignored;
+* a single manifest file.
+
+Exclusions, gitignore-like: a ``.gitops-agent-ignore`` file in any walked
+directory holds one glob per line (``#`` comments, ``!`` re-includes, a
+trailing ``/`` matches directories only, a pattern containing ``/`` is
+anchored to that file's directory, otherwise it matches a name at any depth,
+``**`` spans directories). ``RenderSpec.exclude`` takes the same globs,
+anchored at the repository root.
+
+Variables: ``${VAR}`` in plain manifests and in kustomize output (see
+``agent.render.substitute``); Helm output is not substituted (charts take values and
+often carry shell ``${...}`` of their own).
+
+Identity: two objects with the same (group, kind, namespace, name) are an
+error naming both places. Namespaces are compared as written: render never
+invents one (the apply stage defaults them), so an object without a namespace
+and one with the default namespace are not reported here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agent.config.types import HelmSettings
+from agent.errors import LocalClusterError, RenderError, RenderProblem
+from agent.model import DesiredObject, DesiredSet, Manifest, ObjectKey, Provenance
+from agent.render.binaries import tool
+from agent.render.manifests import Origin, decode_bytes, objects_of, parse_json, parse_yaml
+from agent.render.tools import (
+    Runner,
+    check_chart,
+    check_kustomization,
+    helm_sections,
+    helm_template,
+    kustomization_file,
+    kustomize_build,
+    run_subprocess,
+)
+
+IGNORE_FILE = ".gitops-agent-ignore"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class RenderSpec:
+    """What to render for one cluster; built from ``ClusterConfig`` by the caller."""
+
+    cluster: str
+    #: Repository-relative directories (or files) whose objects the cluster should hold.
+    paths: tuple[str, ...]
+    #: ``${VAR}`` values (``[clusters.vars]``).
+    vars: Mapping[str, str] = field(default_factory=dict)
+    #: Gitignore-like globs anchored at the repository root, skipped by the plain walk.
+    exclude: tuple[str, ...] = ()
+    #: The cluster's Helm chart settings, if any.
+    helm: HelmSettings | None = None
+    #: Seconds allowed for each kustomize/helm run.
+    timeout: float = 60.0
+    #: Largest stdout of one tool run, and largest total of plain files read.
+    max_output_bytes: int = 64 * 1024 * 1024
+    #: Largest single manifest file.
+    max_file_bytes: int = 16 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------------
+# Ignore rules
+
+
+@dataclass(frozen=True)
+class _Rule:
+    base: str  # repository-relative directory the rule is anchored at ("" = root)
+    regex: re.Pattern[str]
+    anchored: bool
+    negate: bool
+    dir_only: bool
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        if self.dir_only and not is_dir:
+            return False
+        if self.base:
+            if not rel.startswith(self.base + "/"):
+                return False
+            rel = rel[len(self.base) + 1 :]
+        subject = rel if self.anchored else rel.rsplit("/", 1)[-1]
+        return self.regex.fullmatch(subject) is not None
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and (end := pattern.find("]", i + 1)) > i:
+            body = pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+def parse_ignore(text: str, base: str) -> list[_Rule]:
+    """Rules of one ignore file (or exclude list) anchored at repository-relative ``base``."""
+    rules: list[_Rule] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        line = line[1:] if negate else line
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        anchored = "/" in line
+        line = line.lstrip("/")
+        if line:
+            rules.append(_Rule(base, _glob_regex(line), anchored, negate, dir_only))
+    return rules
+
+
+def _ignored(rules: list[_Rule], rel: str, is_dir: bool) -> bool:
+    verdict = False
+    for r in rules:
+        if r.matches(rel, is_dir):
+            verdict = not r.negate
+    return verdict
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+
+
+class _Render:
+    """State of one render: the problems and objects found so far."""
+
+    def __init__(self, tree: Path, spec: RenderSpec, runner: Runner) -> None:
+        self.tree = tree.resolve()
+        self.spec = spec
+        self.runner = runner
+        self.problems: list[RenderProblem] = []
+        self.found: list[tuple[Manifest, Provenance]] = []
+        self.units: set[Path] = set()
+        self.visited: set[Path] = set()
+        self.bytes_read = 0
+        #: The output depends on ``spec.cluster`` (a Helm release named after it): not shareable.
+        self.used_cluster_name = False
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.tree).as_posix() if path != self.tree else "."
+
+    def path(self, given: str, what: str) -> Path | None:
+        p = Path(given)
+        if p.is_absolute() or ".." in p.parts:
+            self.problems.append(RenderProblem(given, f"{what} must be a path inside the repository"))
+            return None
+        full = self.tree / p
+        target = full.resolve()
+        if target != self.tree and self.tree not in target.parents:
+            self.problems.append(RenderProblem(given, f"{what} is a symlink pointing outside the repository"))
+            return None
+        if not full.exists():
+            self.problems.append(RenderProblem(given, f"{what} does not exist in this revision"))
+            return None
+        return full.resolve()
+
+    def run(self) -> None:
+        if not self.spec.paths:
+            self.problems.append(RenderProblem("", "no paths to render"))
+        rules = parse_ignore("\n".join(self.spec.exclude), "")
+        for given in self.spec.paths:
+            full = self.path(given, "path")
+            if full is None:
+                continue
+            if full.is_file():
+                self.file(full)
+            elif not self.unit(full):
+                self.walk(full, list(rules))
+        helm = self.spec.helm
+        if helm is not None and helm.chart:
+            chart = self.path(helm.chart, "helm chart")
+            if chart is not None and chart not in self.units:
+                self.unit(chart, explicit=True)
+
+    def unit(self, directory: Path, *, explicit: bool = False) -> bool:
+        """Render ``directory`` if it is a kustomization or a chart; False if it is neither."""
+        if kustomization_file(directory) is not None:
+            self.units.add(directory)
+            self.kustomize(directory)
+            return True
+        if (directory / "Chart.yaml").is_file():
+            self.units.add(directory)
+            self.helm(directory)
+            return True
+        if explicit:
+            self.problems.append(RenderProblem(self.rel(directory), "helm chart directory has no Chart.yaml"))
+        return False
+
+    def walk(self, directory: Path, rules: list[_Rule]) -> None:
+        if directory in self.visited:
+            return  # reached twice through symlinks: its objects would only be duplicates
+        self.visited.add(directory)
+        rel_dir = self.rel(directory)
+        base = "" if rel_dir == "." else rel_dir
+        ignore = directory / IGNORE_FILE
+        if ignore.is_file():
+            rules = rules + parse_ignore(ignore.read_text("utf-8", "replace"), base)
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError as e:
+            self.problems.append(RenderProblem(rel_dir, f"cannot list directory: {e.strerror}"))
+            return
+        for name in entries:
+            if name.startswith("."):
+                continue
+            entry = directory / name
+            rel = f"{base}/{name}" if base else name
+            is_dir = entry.is_dir()
+            if _ignored(rules, rel, is_dir):
+                continue
+            if entry.is_symlink():
+                target = entry.resolve()
+                if target != self.tree and self.tree not in target.parents:
+                    self.problems.append(
+                        RenderProblem(rel, f"symlink points outside the repository ({os.readlink(entry)})")
+                    )
+                    continue
+                if not target.exists():
+                    self.problems.append(RenderProblem(rel, f"dangling symlink ({os.readlink(entry)})"))
+                    continue
+            if is_dir:
+                if not self.unit(entry.resolve()):
+                    self.walk(entry.resolve(), rules)
+            elif name.endswith(MANIFEST_SUFFIXES) and entry.is_file():
+                self.file(entry, rel)
+
+    def file(self, path: Path, rel: str | None = None) -> None:
+        rel = rel or self.rel(path.resolve())
+        origin = Origin(rel)
+        size = path.stat().st_size
+        if size > self.spec.max_file_bytes:
+            self.problems.append(
+                origin.problem(f"file is {size} bytes, over the limit of {self.spec.max_file_bytes}")
+            )
+            return
+        self.bytes_read += size
+        if self.bytes_read > self.spec.max_output_bytes:
+            self.problems.append(
+                origin.problem(f"manifests exceed the render limit of {self.spec.max_output_bytes} bytes")
+            )
+            return
+        text, bad = decode_bytes(path.read_bytes(), origin)
+        if text is None:
+            assert bad is not None
+            self.problems.append(bad)
+            return
+        parse = parse_json if path.name.endswith(".json") else parse_yaml
+        docs, problems = parse(text, origin, self.spec.vars)
+        self.add(docs, problems, origin)
+
+    def add(self, docs: Any, problems: list[RenderProblem], origin: Origin) -> None:
+        objects, invalid = objects_of(docs, origin)
+        self.problems.extend(problems)
+        self.problems.extend(invalid)
+        self.found.extend(objects)
+
+    def binary(self, name: str, file: str) -> Path | None:
+        try:
+            return tool(name)
+        except LocalClusterError as e:
+            self.problems.append(RenderProblem(file, str(e)))
+            return None
+
+    def kustomize(self, directory: Path) -> None:
+        rel = self.rel(directory)
+        problems = check_kustomization(directory, self.tree)
+        if problems:
+            self.problems.extend(problems)
+            return
+        kfile = kustomization_file(directory)
+        assert kfile is not None
+        binary = self.binary("kustomize", rel)
+        if binary is None:
+            return
+        out = kustomize_build(
+            binary,
+            directory,
+            self.tree,
+            timeout=self.spec.timeout,
+            max_output=self.spec.max_output_bytes,
+            runner=self.runner,
+        )
+        if out.problems:
+            self.problems.extend(out.problems)
+            return
+        origin = Origin(self.rel(kfile), label=f"{rel} (kustomize build output)", provenance_lines=False)
+        docs, problems = parse_yaml(out.text, origin, self.spec.vars)
+        self.add(docs, problems, origin)
+
+    def helm(self, chart: Path) -> None:
+        rel = self.rel(chart)
+        settings = self.spec.helm
+        configured = settings is not None and settings.chart.strip("/") in (rel, f"{rel}/")
+        release = (settings.release_name if settings and configured else "") or self.spec.cluster
+        self.used_cluster_name |= release == self.spec.cluster
+        namespace = settings.namespace if settings and configured else ""
+        values: list[Path] = []
+        for v in settings.values_files if settings and configured else ():
+            full = self.path(v, "helm values file")
+            if full is not None and not full.is_file():
+                self.problems.append(RenderProblem(v, "helm values file is not a file"))
+            elif full is not None:
+                values.append(full)
+        problems = check_chart(chart, self.tree)
+        if problems or len(values) != len(settings.values_files if settings and configured else ()):
+            self.problems.extend(problems)
+            return
+        binary = self.binary("helm", f"{rel}/Chart.yaml")
+        if binary is None:
+            return
+        out = helm_template(
+            binary,
+            chart,
+            self.tree,
+            release=release,
+            namespace=namespace,
+            values=values,
+            timeout=self.spec.timeout,
+            max_output=self.spec.max_output_bytes,
+            runner=self.runner,
+        )
+        if out.problems:
+            self.problems.extend(out.problems)
+            return
+        origin = Origin(
+            f"{rel}/Chart.yaml",
+            label=f"{rel} (helm template output)",
+            sections=helm_sections(out.text, rel),
+            provenance_lines=False,
+        )
+        docs, problems = parse_yaml(out.text, origin, None)
+        self.add(docs, problems, origin)
+
+    def duplicates(self) -> None:
+        first: dict[ObjectKey, Provenance] = {}
+        for manifest, prov in self.found:
+            key = ObjectKey.of(manifest)
+            if key in first:
+                seen = first[key]
+                where = (
+                    f"{seen.file}:{seen.line}"
+                    if seen.line is not None
+                    else f"{seen.file} (document {seen.document})"
+                )
+                self.problems.append(
+                    RenderProblem(prov.file, f"duplicate object {key}: also defined at {where}", prov.line)
+                )
+            else:
+                first[key] = prov
+
+
+def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner | None = None) -> DesiredSet:
+    """Every object ``spec`` declares in ``tree``.
+
+    Raises ``RenderError`` with all problems found; never returns a partial set.
+    """
+    job = _Render(tree, spec, runner or run_subprocess)
+    job.run()
+    job.duplicates()
+    if job.problems:
+        raise RenderError(job.problems, cluster=spec.cluster)
+    ds = DesiredSet(spec.cluster, revision, tuple(DesiredObject(m, p) for m, p in job.found))
+    if not job.used_cluster_name:
+        _CLUSTER_NEUTRAL.add(ds)
+    return ds
+
+
+def dump_stream(ds: DesiredSet) -> str:
+    """The set as one YAML stream: documents in render order, keys sorted, a source comment each."""
+    parts = []
+    for obj in ds.objects:
+        body = yaml.dump(
+            obj.manifest,
+            Dumper=yaml.SafeDumper,
+            sort_keys=True,
+            default_flow_style=False,
+            allow_unicode=True,
+            width=1 << 30,
+        )
+        parts.append(f"---\n# Source: {obj.provenance}\n{body}")
+    return "".join(parts)
+
+
+@dataclass
+class _Entry:
+    """One successful render, shared by every cluster whose spec renders the same."""
+
+    objects: tuple[DesiredObject, ...]
+    #: Per-cluster ``DesiredSet`` views of ``objects`` (only the ``cluster`` field differs).
+    views: dict[str, DesiredSet] = field(default_factory=dict)
+
+
+class RenderCache:
+    """Successful renders of a known revision, shared by clusters that render the same thing.
+
+    ``Fleet`` gives one cache to all its reconcilers. The key is the revision and
+    everything of the spec that changes the output (paths, vars, exclude, helm,
+    limits) -- not the cluster's name, unless the render used it (a Helm release
+    named after the cluster): then the entry is the cluster's own. Sharing means
+    3 clusters serving the same paths render, and hold, one tree; each gets its
+    own cheap ``DesiredSet`` over the same objects, which nothing downstream
+    writes to (``ClusterReconciler.prepare`` copies metadata, the planner copies
+    bodies; ``test_render_shared_between_clusters_is_never_mutated``).
+
+    Bounded for a daemon that sees many commits: at most ``revisions_per_spec``
+    renders (least recently used first out) per spec, and ``max_entries`` in
+    all. Errors are not kept (a missing binary may be fixed without a new
+    commit). Thread-safe; ``render`` computes a missing entry once even when
+    several clusters ask for it at the same time.
+    """
+
+    def __init__(self, max_entries: int = 64, *, revisions_per_spec: int = 2) -> None:
+        self.max_entries = max_entries
+        self.revisions_per_spec = revisions_per_spec
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._flights: dict[tuple[Any, ...], threading.Lock] = {}
+
+    @staticmethod
+    def spec_key(spec: RenderSpec) -> tuple[Any, ...]:
+        """What of ``spec`` changes a render's output, the cluster's name aside."""
+        return (
+            spec.paths,
+            tuple(sorted(spec.vars.items())),
+            spec.exclude,
+            spec.helm,
+            spec.max_file_bytes,
+            spec.max_output_bytes,
+        )
+
+    @classmethod
+    def key(cls, revision: str, spec: RenderSpec, *, own: bool = False) -> tuple[Any, ...]:
+        """The entry's key; ``own``: the key of a render that depends on the cluster's name."""
+        return (revision, cls.spec_key(spec), spec.cluster if own else None)
+
+    def get(self, revision: str, spec: RenderSpec) -> DesiredSet | None:
+        if not revision:
+            return None
+        with self._lock:
+            for key in (self.key(revision, spec), self.key(revision, spec, own=True)):
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self._entries.move_to_end(key)
+                    view = entry.views.get(spec.cluster)
+                    if view is None:
+                        view = entry.views[spec.cluster] = DesiredSet(spec.cluster, revision, entry.objects)
+                    return view
+            return None
+
+    def put(self, revision: str, spec: RenderSpec, ds: DesiredSet) -> None:
+        """Keep ``ds`` (a successful render of ``revision``); shared only if ``render`` proved it may be."""
+        if not revision:
+            return
+        shared = ds in _CLUSTER_NEUTRAL
+        key = self.key(revision, spec, own=not shared)
+        with self._lock:
+            if key not in self._entries:  # a render already shared stays the one everybody holds
+                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds})
+            self._entries.move_to_end(key)
+            self._evict(key)
+
+    def _evict(self, newest: tuple[Any, ...]) -> None:
+        same_spec = [k for k in self._entries if k[1:] == newest[1:]]
+        for k in same_spec[: max(0, len(same_spec) - self.revisions_per_spec)]:
+            del self._entries[k]
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def render(
+        self, tree: Path, spec: RenderSpec, *, revision: str, runner: Runner | None = None
+    ) -> DesiredSet:
+        """The cached set for (revision, spec), rendering it on a miss -- once for concurrent askers."""
+        found = self.get(revision, spec)
+        if found is not None:
+            return found
+        if not revision:
+            return render(tree, spec, revision=revision, runner=runner)
+        flight_key = self.key(revision, spec)
+        with self._lock:
+            flight = self._flights.setdefault(flight_key, threading.Lock())
+        with flight:  # others asking for the same render wait for it instead of rendering too
+            found = self.get(revision, spec)
+            if found is None:
+                found = render(tree, spec, revision=revision, runner=runner)
+                self.put(revision, spec, found)
+        with self._lock:
+            if not flight.locked():
+                self._flights.pop(flight_key, None)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __bool__(self) -> bool:
+        # An empty cache is still a cache: ``render_cache or RenderCache()`` must keep a shared one.
+        return True
+
+
+#: Renders that did not use the cluster's name (``put`` may share them): weak, so they go with them.
+_CLUSTER_NEUTRAL: weakref.WeakSet[DesiredSet] = weakref.WeakSet()

@@ -1,0 +1,1 @@
+"""What a pass says: diff reports (live and offline), summaries, Events."""

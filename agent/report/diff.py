@@ -1,0 +1,346 @@
+"""Live diff reports: what applying a revision (or a PR checkout) would do to each cluster.
+
+Called by ``gitops-agent diff`` (``agent.cli.diff``). Per cluster, on its own
+thread with its own client and deadline (invariant 6), ``preview_cluster``
+runs the reconcile stages without writing anything: render, read the
+inventory, prepare, read live state (one LIST per kind), ``plan`` and the
+pure prune ``decide``. Each create/update is then confirmed with a
+server-side dry-run apply under our field manager, so defaults, webhooks and
+validation errors show exactly as the real apply would see them; prunes are
+previewed with ``prune.execute(dry_run=True)`` (uid precondition, the
+namespace/CRD holder checks), after the guards (brake, unknown state) decided.
+
+A rejected object is an error on that object and the rest of the report is
+complete; a cluster that cannot be reached, rendered or listed is an error
+section of its own. The diff of each object is made by
+``diff_fields.diff_objects`` (which masks Secrets) from the live object to
+the dry-run result; ``scrub`` keeps Secret values out of error messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from agent.apply import prune as prune_stage
+from agent.apply import ssa as apply_stage
+from agent.config.types import ClusterConfig, Config
+from agent.errors import AgentError, ApiError
+from agent.model import Action, ApplyResult, Change, DesiredObject, Manifest, ObjectKey, Outcome, Revision
+from agent.plan.fields import render_path
+from agent.plan.planner import PlanOptions, expected_object, plan, request_body
+from agent.reconcile.live import LiveState
+from agent.reconcile.reconciler import ClusterReconciler, render_spec
+from agent.render.renderer import render
+from agent.report.diff_fields import diff_objects, scrub, secret_strings
+from agent.report.model import (
+    ACTION_ORDER,
+    ClusterReport,
+    ConflictLine,
+    FieldChange,
+    Mode,
+    ObjectAction,
+    ObjectReport,
+    ReleasedField,
+    Report,
+    RevisionInfo,
+)
+
+ReconcilerFactory = Callable[[Config, ClusterConfig], ClusterReconciler]
+_CRD = apply_stage.CRD_KEY
+
+
+class Progress(Protocol):
+    """Told when each cluster starts and ends planning (the CLI shows it on a terminal)."""
+
+    def started(self, cluster: str) -> None: ...
+    def finished(self, report: ClusterReport) -> None: ...
+
+
+def new_object(key: ObjectKey, api_version: str, action: ObjectAction, **kw: object) -> ObjectReport:
+    return ObjectReport(
+        group=key.group,
+        kind=key.kind,
+        namespace=key.namespace,
+        name=key.name,
+        api_version=api_version,
+        action=action,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def sort_objects(objects: list[ObjectReport]) -> tuple[ObjectReport, ...]:
+    """Errors first, then by action, then by identity: stable for golden files and reviewers."""
+    return tuple(sorted(objects, key=lambda o: (o.error is None, ACTION_ORDER.index(o.action), o.key)))
+
+
+def change_report(
+    change: Change,
+    live: Manifest | None,
+    after: Manifest | None,
+    *,
+    basis: str,
+    to_label: str,
+    note: str = "",
+    error: str | None = None,
+) -> ObjectReport:
+    """One planned change as a report entry; ``after`` is unmasked, masked here with ``live``."""
+    action = {
+        Action.CREATE: ObjectAction.CREATE,
+        Action.UPDATE: ObjectAction.UPDATE,
+        Action.CONFLICT: ObjectAction.CONFLICT,
+    }.get(change.action, ObjectAction.SKIP)
+    text, fields = "", tuple[FieldChange, ...]()
+    if action in (ObjectAction.CREATE, ObjectAction.UPDATE) and after is not None:
+        text, fields = diff_objects(live, after, from_label="live", to_label=to_label)
+    return new_object(
+        change.key,
+        change.api_version,
+        action,
+        diff=text,
+        fields=fields,
+        conflicts=tuple(
+            ConflictLine(
+                render_path(c.path),
+                c.manager,
+                c.operation,
+                c.subresource,
+                c.resolution.value,
+                c.desired,
+                c.live,
+            )
+            for c in change.conflicts
+        ),
+        released=tuple(ReleasedField(render_path(p), removed) for p, removed in change.released),
+        basis=basis if text else "",
+        source=str(change.provenance) if change.provenance else "",
+        reason=change.reason,
+        note=note,
+        error=error,
+    )
+
+
+# -- one cluster ------------------------------------------------------------------------
+
+
+def preview_cluster(rec: ClusterReconciler, target: Revision | Path) -> ClusterReport:
+    """Plan ``target`` against ``rec``'s cluster without writing; every failure becomes a report."""
+    name = rec.cluster.name
+    try:
+        return _preview(rec, target)
+    except AgentError as e:
+        return ClusterReport(name, error=str(e))
+    except Exception as e:  # a bug planning one cluster must not lose the others' sections
+        return ClusterReport(name, error=f"internal error: {type(e).__name__}: {e}")
+
+
+def _preview(rec: ClusterReconciler, target: Revision | Path) -> ClusterReport:
+    cluster = rec.cluster
+    if isinstance(target, Revision):
+        desired_set = rec.render(target)
+    else:
+        desired_set = render(target, render_spec(cluster), revision="")
+    store = rec.store
+    inventory = store.load()
+    notes: list[str] = []
+    if inventory.suspended:
+        notes.append(
+            "the cluster is suspended (ApplySet parent annotation): nothing is applied until resumed"
+        )
+    desired = rec.desired(desired_set, store.id)
+    by_key = {o.key: o for o in desired}
+    live = rec.read_live(set(by_key) | inventory.keys(), desired)
+    notes.extend(live.errors)
+    options = rec.plan_options(store.id)
+    # An object whose listing failed has unknown live state: planned as SKIP, never as a create.
+    known = {k: live.objects.get(k) for k in by_key if live.listed(k)}
+    the_plan = plan(cluster.name, desired_set.revision, desired, known, options)
+    the_plan = replace(the_plan, changes=tuple(live.explain(c) for c in the_plan.changes))
+    secrets = secret_strings([o.manifest for o in desired] + list(live.objects.values()))
+    objects = _confirm(rec, the_plan.changes, by_key, live, options, secrets)
+
+    prune_options = rec.prune_options(store.id, dry_run=True)
+    decision = prune_stage.decide(
+        inventory, set(by_key), live.objects, live.complete, prune_options, render_empty=desired_set.empty
+    )
+    prune_refused = decision.refused
+    for result in prune_stage.execute(rec.client, decision, prune_options):
+        objects.append(_prune_report(result, live, secrets))
+    return ClusterReport(
+        cluster.name,
+        objects=sort_objects(objects),
+        unchanged=sum(1 for c in the_plan.changes if c.action is Action.NOOP),
+        prune_refused=prune_refused,
+        notes=tuple(notes),
+    )
+
+
+def _confirm(
+    rec: ClusterReconciler,
+    changes: tuple[Change, ...],
+    by_key: dict[ObjectKey, DesiredObject],
+    live: LiveState,
+    options: PlanOptions,
+    secrets: set[str],
+) -> list[ObjectReport]:
+    """Every non-noop change as a report entry; creates/updates confirmed by a server dry-run."""
+    new_namespaces = {
+        c.key.name
+        for c in changes
+        if c.action is Action.CREATE and (c.key.group, c.key.kind) == ("", "Namespace")
+    }
+    new_kinds = {
+        (str((o.manifest.get("spec") or {}).get("group", "")), str(names.get("kind", "")))
+        for o in by_key.values()
+        if (o.key.group, o.key.kind) == _CRD
+        for names in [(o.manifest.get("spec") or {}).get("names") or {}]
+    }
+
+    def one(change: Change) -> ObjectReport | None:
+        if change.action is Action.NOOP:
+            return None
+        current = live.objects.get(change.key)
+        if change.action not in (Action.CREATE, Action.UPDATE):
+            return change_report(change, current, None, basis="", to_label="")
+        desired = by_key[change.key]
+        expected = expected_object(desired, current, options)
+        body = request_body(change, desired)
+        assert body is not None
+        try:
+            after = rec.client.apply(body, field_manager=rec.field_manager, force=change.force, dry_run=True)
+        except ApiError as e:
+            if apply_stage.cluster_level(e):
+                raise
+            message = scrub(e.api_message or str(e), secrets)
+            if change.key.namespace in new_namespaces and e.status == 404:
+                note = (
+                    f"not checked by the server: namespace {change.key.namespace} is created by this change;"
+                    " the diff is the agent's plan"
+                )
+                return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
+            if (change.key.group, change.key.kind) in new_kinds and e.status == 404:
+                note = "not checked by the server: its CRD is created by this change; the diff is the plan"
+                return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
+            if e.status == 422 and "immutable" in e.api_message:
+                annotations = (body.get("metadata") or {}).get("annotations") or {}
+                if annotations.get(apply_stage.RECREATE_ANNOTATION) == apply_stage.RECREATE_ON_IMMUTABLE:
+                    note = f"an immutable field changes: would delete and re-create ({message})"
+                    return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
+                message += (
+                    f" (annotate {apply_stage.RECREATE_ANNOTATION}: {apply_stage.RECREATE_ON_IMMUTABLE}"
+                    " to allow delete and re-create)"
+                )
+            return change_report(
+                change, current, expected, basis="plan", to_label="plan", error=f"HTTP {e.status}: {message}"
+            )
+        return change_report(change, current, after, basis="server", to_label="server dry-run")
+
+    workers = max(1, rec.cluster.settings.concurrency)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"diff-{rec.cluster.name}") as pool:
+        return [r for r in pool.map(one, changes) if r is not None]
+
+
+def pruned_report(key: ObjectKey, live: Manifest | None, *, note: str = "") -> ObjectReport:
+    """An object that leaves the cluster: its whole (masked) live state shown as removed."""
+    text, fields = diff_objects(live, None, from_label="live", to_label="deleted")
+    return new_object(
+        key,
+        str((live or {}).get("apiVersion", "")),
+        ObjectAction.PRUNE,
+        diff=text,
+        fields=fields,
+        basis="live" if text else "",
+        reason="removed from Git: deleted with a uid precondition",
+        note=note,
+    )
+
+
+def _prune_report(result: ApplyResult, live: LiveState, secrets: set[str]) -> ObjectReport:
+    current = live.objects.get(result.key)
+    api_version = str((current or {}).get("apiVersion", ""))
+    message = scrub(result.message, secrets)
+    if result.outcome is Outcome.PRUNED:
+        return pruned_report(result.key, current, note=message)
+    if result.outcome is Outcome.ORPHANED:
+        return new_object(result.key, api_version, ObjectAction.ORPHAN, reason=message)
+    if result.outcome is Outcome.FAILED:
+        return new_object(
+            result.key,
+            api_version,
+            ObjectAction.PRUNE,
+            reason="removed from Git",
+            error=f"HTTP {result.status}: {message}",
+        )
+    return new_object(result.key, api_version, ObjectAction.KEEP, reason=message)
+
+
+# -- the fleet ------------------------------------------------------------------------------
+
+
+def run_live(
+    config: Config,
+    target: Revision | Path,
+    *,
+    clusters: tuple[str, ...] = (),
+    progress: Progress | None = None,
+    reconciler_factory: ReconcilerFactory = ClusterReconciler,
+) -> Report:
+    """Every selected cluster at once, each on its own thread with its pass deadline."""
+    chosen = [c for c in config.clusters if not clusters or c.name in clusters]
+    results: dict[str, ClusterReport] = {}
+    lock = threading.Lock()
+
+    def work(cluster: ClusterConfig) -> None:
+        if progress:
+            progress.started(cluster.name)
+        rec = reconciler_factory(config, cluster)
+        try:
+            report = preview_cluster(rec, target)
+        finally:
+            rec.close()
+        with lock:
+            results[cluster.name] = report
+        if progress:
+            progress.finished(report)
+
+    threads = {
+        c.name: threading.Thread(target=work, args=(c,), name=f"diff-{c.name}", daemon=True) for c in chosen
+    }
+    for t in threads.values():
+        t.start()
+    start = time.monotonic()
+    for c in chosen:
+        threads[c.name].join(max(0.0, c.settings.pass_deadline - (time.monotonic() - start)))
+    out: list[ClusterReport] = []
+    for c in chosen:
+        with lock:
+            report = results.get(c.name)
+        if report is None:
+            report = ClusterReport(
+                c.name, error=f"timed out: planning did not finish within {c.settings.pass_deadline:g}s"
+            )
+            if progress:
+                progress.finished(report)
+        out.append(report)
+    if isinstance(target, Revision):
+        revision = RevisionInfo(target.ref, target.sha)
+    else:
+        revision = RevisionInfo(str(target))
+    managers = sorted({config.field_manager(c) for c in chosen})
+    return Report(Mode.LIVE, revision, tuple(out), field_manager=", ".join(managers))
+
+
+__all__ = [
+    "Progress",
+    "change_report",
+    "new_object",
+    "preview_cluster",
+    "pruned_report",
+    "run_live",
+    "sort_objects",
+]

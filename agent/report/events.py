@@ -1,0 +1,165 @@
+"""Kubernetes Events on a cluster's ApplySet parent for objects that failed or were pruned.
+
+Called by ``scheduler.Fleet`` after each (non-dry-run) pass, with that
+cluster's own client: ``kubectl describe configmap <agent> -n <namespace>``
+then shows what the agent could not apply and what it deleted. Best effort:
+an Event that cannot be written is logged, never a reason to fail the pass.
+
+One Event per (object, reason, revision): a repeat in a later pass of the
+same revision bumps ``count`` and ``lastTimestamp`` instead of adding a new
+one, and at most ``MAX_EVENTS`` are written per pass plus one summary, so a
+broken commit cannot flood the API server. Messages of Secrets carry the
+HTTP status only: an API server's validation message may quote a value
+(invariant 11).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from agent.errors import ApiError, ClusterError
+from agent.kube.client import KubeClient
+from agent.model import ApplyResult, ClusterResult, Outcome
+
+log = structlog.get_logger("gitops_agent.events")
+
+MAX_EVENTS = 20
+_REASONS = {
+    Outcome.FAILED: ("Warning", "ApplyFailed"),
+    Outcome.PRUNED: ("Normal", "Pruned"),
+    Outcome.ORPHANED: ("Normal", "Orphaned"),
+}
+
+
+def _stamp(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def message_for(r: ApplyResult) -> str:
+    """What the Event says about one object; never a Secret's content."""
+    if r.outcome is Outcome.FAILED:
+        text = f"HTTP {r.status}" if r.key.kind == "Secret" else f"HTTP {r.status}: {r.message}"
+        return f"{r.key}: {text}"[:1000]
+    if r.message and r.key.kind != "Secret":
+        return f"{r.key}: {r.message}"[:1000]
+    return str(r.key)
+
+
+def reportable(result: ClusterResult) -> list[ApplyResult]:
+    return [r for r in result.results if r.outcome in _REASONS]
+
+
+def emit(
+    client: KubeClient,
+    result: ClusterResult,
+    *,
+    parent_name: str,
+    namespace: str,
+    component: str,
+    instance: str = "",
+) -> int:
+    """Write the pass's Events; returns how many were written or updated."""
+    items = reportable(result)
+    if not items or result.dry_run:
+        return 0
+    try:
+        parent = client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{parent_name}")
+    except ApiError as e:
+        log.info("no events: ApplySet parent not readable", cluster=result.cluster, error=str(e))
+        return 0
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": parent_name,
+        "namespace": namespace,
+        "uid": (parent.get("metadata") or {}).get("uid", ""),
+    }
+    written = 0
+    for r in items[:MAX_EVENTS]:
+        severity, reason = _REASONS[r.outcome]
+        if r.outcome is Outcome.FAILED and r.message.startswith("delete refused"):
+            reason = "PruneFailed"
+        written += _write(
+            client, namespace, ref, result, severity, reason, message_for(r), str(r.key), component, instance
+        )
+    if len(items) > MAX_EVENTS:
+        more = len(items) - MAX_EVENTS
+        written += _write(
+            client,
+            namespace,
+            ref,
+            result,
+            "Warning",
+            "MoreObjects",
+            f"{more} more failed or pruned objects in this pass; see the agent's log",
+            "summary",
+            component,
+            instance,
+        )
+    return written
+
+
+def _write(
+    client: KubeClient,
+    namespace: str,
+    ref: dict[str, Any],
+    result: ClusterResult,
+    severity: str,
+    reason: str,
+    message: str,
+    subject: str,
+    component: str,
+    instance: str,
+) -> int:
+    digest = hashlib.sha256(f"{subject}|{reason}|{result.revision}".encode()).hexdigest()[:16]
+    name = f"{ref['name']}.{digest}"
+    now = _stamp(datetime.now(UTC))
+    base = f"/api/v1/namespaces/{namespace}/events"
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace},
+        "involvedObject": ref,
+        "type": severity,
+        "reason": reason,
+        "message": f"revision {result.revision[:12]}: {message}",
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance or component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        client.request("POST", base, body=event)
+        return 1
+    except ApiError as e:
+        if e.status != 409:
+            log.warning("event not written", cluster=result.cluster, reason=reason, error=str(e))
+            return 0
+    except ClusterError as e:  # fenced: this replica may not write there any more
+        log.info("event not written", cluster=result.cluster, reason=reason, error=str(e))
+        return 0
+    try:  # the same object, reason and revision as an earlier pass: count it
+        old = client.request("GET", f"{base}/{name}")
+        patch = {"count": int(old.get("count") or 1) + 1, "lastTimestamp": now}
+        client.request("PATCH", f"{base}/{name}", body=patch, content_type="application/merge-patch+json")
+        return 1
+    except (ApiError, ClusterError) as e:
+        log.warning("event not updated", cluster=result.cluster, reason=reason, error=str(e))
+        return 0
+
+
+def events_for(client: KubeClient, namespace: str, parent_name: str) -> Iterable[dict[str, Any]]:
+    """The Events on a parent (tests and ``status``)."""
+    doc = client.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={"fieldSelector": f"involvedObject.name={parent_name},involvedObject.kind=ConfigMap"},
+    )
+    return list(doc.get("items") or [])

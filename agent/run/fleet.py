@@ -1,0 +1,398 @@
+"""Run one pass per cluster, each alone: own reconciler, client, thread and deadline.
+
+``Fleet`` owns one ``ClusterReconciler`` (so one client, connection pool and
+timeouts) per cluster and runs each pass on a thread of its own under the
+cluster's wall-clock ``pass_deadline``. A pass still running then is reported
+as timed out and *abandoned*: its client is fenced (no further writes), the
+next pass gets a fresh client, and while the abandoned one still hangs the
+cluster reports "still stuck" instead of starting more threads (invariant 6).
+Safe to abandon at any point: the inventory is widened before applying and
+narrowed only after pruning (invariant 10). It also knows every entry's
+cluster identity (``identity.IdentityBook``), so entries that reach one
+cluster are all refused (state ``refused``) before any of them writes there.
+
+Used by ``gitops-agent run --once``, ``sync`` (one-off), ``demo``, the tests,
+and ``scheduler.Daemon``, which adds the schedule, leases and health.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from agent.config.types import ClusterConfig, Config
+from agent.errors import AgentError
+from agent.kube.client import KubeClient
+from agent.model import ClusterResult, Outcome, Revision
+from agent.reconcile.identity import IdentityBook
+from agent.reconcile.reconciler import ClusterReconciler
+from agent.render.renderer import RenderCache
+from agent.report import events
+from agent.run.lease import FencedClient
+from agent.run.server import Metrics
+
+log = structlog.get_logger("gitops_agent.fleet")
+
+BACKOFF_BASE = 10.0
+BACKOFF_CAP = 600.0
+SUSPENDED_PREFIX = "cluster suspended"
+
+
+def backoff_delay(failures: int, *, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
+    """Exponential backoff after ``failures`` consecutive failures (0 → no delay)."""
+    return 0.0 if failures <= 0 else min(cap, base * 2 ** (failures - 1))
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t else None
+
+
+@dataclass
+class ClusterStatus:
+    """What `/status` and `gitops-agent status` show for one cluster."""
+
+    name: str
+    #: pending | running | ok | failed | timed-out | suspended | refused (another entry reaches the
+    #: same cluster or claims its inventory) | standby (another replica holds it)
+    state: str = "pending"
+    last_result: ClusterResult | None = None
+    last_success_revision: str = ""
+    last_success_at: datetime | None = None
+    failures: int = 0
+    next_run: datetime | None = None
+    holder: str = ""
+    #: Scheduling decisions, newest last: (when decided, delay in seconds, why).
+    schedule: deque[tuple[datetime, float, str]] = field(default_factory=lambda: deque(maxlen=50))
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.last_result
+        return {
+            "cluster": self.name,
+            "state": self.state,
+            "revision": r.revision if r else "",
+            "result": ("ok" if r.ok else "failed") if r else "pending",
+            "error": r.error if r else None,
+            "prune_refused": r.prune_refused if r else None,
+            "refused": r.refused.value if r and r.refused else None,
+            "applied": r.applied if r else 0,
+            "pruned": r.count(Outcome.PRUNED) if r else 0,
+            "failed_objects": r.failed if r else 0,
+            "last_run_at": _iso(r.finished) if r else None,
+            "last_success_revision": self.last_success_revision,
+            "last_success_at": _iso(self.last_success_at),
+            "consecutive_failures": self.failures,
+            "next_run": _iso(self.next_run),
+            "holder": self.holder,
+            "schedule": [(_iso(t), round(d, 3), why) for t, d, why in list(self.schedule)[-10:]],
+        }
+
+
+@dataclass
+class _Slot:
+    """One cluster's runtime: its reconciler, status, and the pass threads it has out."""
+
+    cluster: ClusterConfig
+    reconciler: ClusterReconciler
+    status: ClusterStatus
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    running: threading.Thread | None = None
+    stuck: threading.Thread | None = None
+
+
+class Fleet:
+    """One reconciler per cluster; each pass on its own thread with its own deadline."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        reconciler_factory: Callable[..., ClusterReconciler] = ClusterReconciler,
+        metrics: Metrics | None = None,
+        emit_events: bool = True,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.emit_events = emit_events
+        #: Per-cluster write gate (leases, shutdown): None or the reason writes are refused.
+        self.fence: Callable[[str], str | None] | None = None
+        self._factory = reconciler_factory
+        #: One cache for every cluster: clusters serving the same paths and vars share one render
+        #: (and one copy of its objects); it outlives reconcilers replaced after a deadline or a reload.
+        self.render_cache = RenderCache()
+        self.identities = IdentityBook()
+        self._slots = {c.name: self._slot(c) for c in config.clusters}
+        self._closing = threading.Event()
+
+    def _slot(self, c: ClusterConfig) -> _Slot:
+        return _Slot(c, self._reconciler(c), ClusterStatus(c.name))
+
+    def _reconciler(self, c: ClusterConfig) -> ClusterReconciler:
+        return self._factory(
+            self.config,
+            c,
+            client_factory=self._client_for,
+            render_cache=self.render_cache,
+            same_cluster=self._same_cluster,
+        )
+
+    def _same_cluster(self, name: str, uid: str | None) -> list[str]:
+        """The other entries reaching the cluster of ``name`` (whose kube-system UID is ``uid``).
+
+        Runs in ``name``'s pass, on its thread and under its deadline. Entries never read are read
+        first (once for all passes, side by side, with their own connect timeout), so whichever
+        entry passes first already sees the other: both are refused, deterministically.
+        """
+        self.identities.record(name, uid)
+        if uid is None:  # hidden by RBAC: nothing to compare (the claim on the parent guards instead)
+            return []
+        self.identities.resolve([n for n in list(self._slots) if n != name], self._peer_uid)
+        return self.identities.sharing(name, uid)
+
+    def _peer_uid(self, name: str) -> str | None:
+        """Another entry's kube-system UID through a client of its own (a read: no lease needed)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return None
+        try:
+            client = KubeClient.from_config(slot.cluster)
+        except AgentError as e:
+            log.info("cluster identity not read", cluster=name, error=str(e))
+            return None
+        try:
+            return client.cluster_uid(timeout=slot.cluster.settings.connect_timeout)
+        except AgentError as e:  # unreachable now: its own passes record it once they get through
+            log.info("cluster identity not read", cluster=name, error=str(e))
+            return None
+        finally:
+            client.close()
+
+    def _client_for(self, c: ClusterConfig) -> KubeClient:
+        client = FencedClient.from_config(c)
+        assert isinstance(client, FencedClient)
+        client.fence = lambda: self.fence(c.name) if self.fence is not None else None
+        return client
+
+    @property
+    def status(self) -> dict[str, ClusterStatus]:
+        return {n: s.status for n, s in self._slots.items()}
+
+    @property
+    def reconcilers(self) -> dict[str, ClusterReconciler]:
+        return {n: s.reconciler for n, s in self._slots.items()}
+
+    def names(self) -> list[str]:
+        return list(self._slots)
+
+    def busy(self, name: str) -> bool:
+        slot = self._slots.get(name)
+        return slot is not None and slot.running is not None
+
+    def running(self) -> list[str]:
+        return [n for n, s in self._slots.items() if s.running is not None]
+
+    # -- one pass -------------------------------------------------------------
+
+    def run_pass(self, name: str, revision: Revision, *, dry_run: bool = False) -> ClusterResult:
+        """One pass of one cluster under its deadline; never raises, never outlives the deadline."""
+        slot = self._slots[name]
+        deadline = slot.cluster.settings.pass_deadline
+        if slot.stuck is not None and slot.stuck.is_alive():
+            result = ClusterResult(
+                name,
+                revision.sha,
+                error=f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
+                "for the cluster; no new pass until it returns",
+            )
+            self.record(result)
+            return result
+        reconciler = slot.reconciler
+        box: dict[str, ClusterResult] = {}
+
+        def work() -> None:
+            with structlog.contextvars.bound_contextvars(cluster=name, revision=revision.short):
+                r = self._reconcile(reconciler, name, revision, dry_run)
+            with slot.lock:
+                box["result"] = r
+                retired = slot.reconciler is not reconciler
+            if retired:  # replaced (abandoned, reloaded) while it ran: nobody else will close it
+                reconciler.close()
+
+        t = threading.Thread(target=work, name=f"pass-{name}", daemon=True)
+        log.info("pass started", cluster=name, revision=revision.short, deadline=deadline)
+        slot.running = t
+        slot.status.state = "running"
+        t.start()
+        end = time.monotonic() + deadline
+        while t.is_alive() and time.monotonic() < end and not self._closing.is_set():
+            t.join(min(0.2, max(0.0, end - time.monotonic())))
+        with slot.lock:
+            done = box.get("result")
+            if done is None:
+                why = "agent shutting down" if self._closing.is_set() else f"deadline {deadline:g}s"
+                self._abandon(slot, reconciler, f"pass abandoned ({why})")
+                slot.stuck = t
+            slot.running = None
+        result = done or ClusterResult(
+            name,
+            revision.sha,
+            error=f"timed out: pass did not finish within {deadline:g}s"
+            if not self._closing.is_set()
+            else "abandoned: agent shutting down",
+        )
+        self.record(result)
+        return result
+
+    def _abandon(self, slot: _Slot, reconciler: ClusterReconciler, why: str) -> None:
+        """Fence the pass's client for good and give the cluster a fresh reconciler (caller locks)."""
+        client = reconciler._client
+        if isinstance(client, FencedClient):
+            client.abandoned = why
+        if slot.reconciler is reconciler:
+            slot.reconciler = self._reconciler(slot.cluster)
+
+    def _reconcile(
+        self, reconciler: ClusterReconciler, name: str, revision: Revision, dry_run: bool
+    ) -> ClusterResult:
+        try:
+            result = reconciler.reconcile(revision, dry_run=dry_run)
+        except Exception as e:  # a bug in one cluster's pass must not take down the fleet
+            log.exception("reconcile crashed", cluster=name)
+            result = ClusterResult(name, revision.sha, error=f"internal error: {type(e).__name__}: {e}")
+        if self.emit_events and not dry_run and events.reportable(result):
+            try:
+                events.emit(
+                    reconciler.client,
+                    result,
+                    parent_name=self.config.agent.name,
+                    namespace=self.config.agent.namespace,
+                    component=self.config.agent.name,
+                )
+            except Exception as e:  # events are best effort
+                log.warning("events not written", cluster=name, error=str(e))
+        return result
+
+    def record(self, result: ClusterResult) -> None:
+        slot = self._slots.get(result.cluster)
+        if slot is None:  # removed by a config reload while it ran
+            return
+        st = slot.status
+        st.last_result = result
+        suspended = result.ok and (result.prune_refused or "").startswith(SUSPENDED_PREFIX)
+        if result.ok:
+            st.failures = 0
+            st.state = "suspended" if suspended else "ok"
+            if not suspended:
+                st.last_success_revision = result.revision
+                st.last_success_at = result.finished or datetime.now(UTC)
+        else:
+            st.failures += 1
+            if result.refused is not None:
+                st.state = "refused"
+            else:
+                st.state = "timed-out" if (result.error or "").startswith("timed out") else "failed"
+        self.metrics.record(result)
+        self.metrics.cluster_state(
+            result.cluster,
+            failures=st.failures,
+            next_run=st.next_run.timestamp() if st.next_run else None,
+            suspended=suspended,
+        )
+        for r in events.reportable(result):  # one line per failed/pruned object, Secret-safe
+            log.log(
+                30 if r.outcome is Outcome.FAILED else 20,
+                "object " + r.outcome.value,
+                cluster=result.cluster,
+                revision=result.revision[:12],
+                object=str(r.key),
+                detail=events.message_for(r),
+            )
+        log.info(
+            "pass finished",
+            cluster=result.cluster,
+            revision=result.revision[:12],
+            state=st.state,
+            applied=result.applied,
+            unchanged=result.count(Outcome.UNCHANGED),
+            pruned=result.count(Outcome.PRUNED),
+            failed=result.failed,
+            error=(result.error or "").splitlines()[0] if result.error else None,
+        )
+
+    def reconcile_one(self, name: str, revision: Revision, *, dry_run: bool = False) -> ClusterResult:
+        return self.run_pass(name, revision, dry_run=dry_run)
+
+    def reconcile_all(
+        self, revision: Revision, *, dry_run: bool = False, only: Iterable[str] | None = None
+    ) -> list[ClusterResult]:
+        """Every cluster at once, each under its own deadline."""
+        wanted = set(only) if only is not None else None
+        names = [n for n in self._slots if wanted is None or n in wanted]
+        results: dict[str, ClusterResult] = {}
+        threads = [
+            threading.Thread(
+                target=lambda n=n: results.__setitem__(n, self.run_pass(n, revision, dry_run=dry_run)),
+                name=f"fleet-{n}",
+                daemon=True,
+            )
+            for n in names
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [results[n] for n in names]
+
+    # -- config reload and shutdown ---------------------------------------------
+
+    def update(self, config: Config) -> tuple[list[str], list[str], list[str]]:
+        """Take a new config: (added, removed, changed). Removing a cluster only stops serving it."""
+        old = self._slots
+        new_names = {c.name for c in config.clusters}
+        self.config = config
+        added: list[str] = []
+        removed: list[str] = []
+        changed: list[str] = []
+        for name in [n for n in old if n not in new_names]:
+            slot = self._slots.pop(name)
+            self.identities.forget(name)
+            with slot.lock:
+                self._abandon(slot, slot.reconciler, "cluster removed from the config")
+                if slot.running is None:
+                    slot.reconciler.close()
+            self.metrics.remove(name)
+            removed.append(name)
+        for c in config.clusters:
+            current = self._slots.get(c.name)
+            if current is None:
+                self._slots[c.name] = self._slot(c)
+                added.append(c.name)
+            elif current.cluster != c:
+                self.identities.forget(c.name)  # it may reach another cluster now
+                with current.lock:
+                    previous = current.reconciler
+                    current.cluster = c
+                    current.reconciler = self._reconciler(c)
+                    if current.running is None:
+                        previous.close()
+                changed.append(c.name)
+        return added, removed, changed
+
+    def abandon_all(self, why: str) -> None:
+        """Shutdown after the grace period: fence every client; waiting passes return at once."""
+        self._closing.set()
+        for slot in self._slots.values():
+            with slot.lock:
+                client = slot.reconciler._client
+                if isinstance(client, FencedClient):
+                    client.abandoned = why
+
+    def close(self) -> None:
+        for slot in self._slots.values():
+            slot.reconciler.close()

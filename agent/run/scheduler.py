@@ -1,0 +1,441 @@
+"""The long-running agent: apscheduler jobs, leases, health, config reload, SIGTERM.
+
+``Daemon`` drives a ``fleet.Fleet``: one source-poll job; one reconcile job per
+cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
+cluster never holds a worker another cluster needs), triggered by a new
+revision, by ``sync`` and by the drift interval (coalescing, jitter), with
+exponential per-cluster backoff after failures (reset on success); a tick job
+whose silence is the only thing ``/healthz`` reports (invariant 7); config
+reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM.
+Called by ``gitops-agent run`` (``cli``) and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from agent.config.load import check_access, load_config
+from agent.config.types import ClusterConfig, Config
+from agent.errors import ConfigError, SourceError
+from agent.model import Revision
+from agent.run.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
+from agent.run.lease import LeaseManager
+from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
+from agent.run.server import STUCK_AFTER, HealthServer
+
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "ClusterStatus",
+    "Daemon",
+    "DaemonOptions",
+    "Fleet",
+    "backoff_delay",
+]
+
+log = structlog.get_logger("gitops_agent.scheduler")
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t else None
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """Timing of the daemon; ``from_config`` reads the ``[agent]`` keys when they exist."""
+
+    #: Seconds between scheduler ticks; ``/healthz`` fails after ``stuck_after`` without one.
+    tick: float = 1.0
+    stuck_after: float = STUCK_AFTER
+    #: Seconds SIGTERM waits for running passes before abandoning them.
+    grace: float = 30.0
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
+    #: Fraction of the interval (and of a backoff delay) added at random.
+    jitter: float = 0.1
+    #: Seconds between checks of the config file for changes (0: never reload).
+    reload_interval: float = 5.0
+    #: None: decided from the config (``lease_settings.lease_settings``).
+    leases: LeaseSettings | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> DaemonOptions:
+        a = config.agent
+        return cls(
+            stuck_after=a.stuck_after,
+            grace=a.shutdown_grace,
+            backoff_base=a.backoff_base,
+            backoff_cap=a.backoff_cap,
+            reload_interval=a.reload_interval,
+        )
+
+
+class Daemon:
+    """The long-running agent: poll Git, reconcile each cluster on its own schedule."""
+
+    def __init__(
+        self,
+        config: Config,
+        source: Any,
+        fleet: Fleet,
+        options: DaemonOptions | None = None,
+        *,
+        source_factory: Callable[[Config], Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.fleet = fleet
+        self.opts = options or DaemonOptions.from_config(config)
+        self.source_factory = source_factory
+        self.metrics = fleet.metrics
+        self.revision: Revision | None = None
+        self.last_tick = time.monotonic()
+        self.source_attempted = False
+        self.source_error: str | None = None
+        self.config_error: str | None = None
+        self.stopping = False
+        self._shut = ""
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._in_job: set[str] = set()
+        self._queued: dict[str, tuple[datetime, str]] = {}
+        self._config_stamp = self._stamp()
+        settings = self.opts.leases or lease_settings(config)
+        self.leases: LeaseManager | None = None
+        if settings.enabled:
+            self.leases = LeaseManager(
+                management_client(settings),
+                settings,
+                agent=config.agent.name,
+                clusters=fleet.names(),
+                on_change=self._lease_changed,
+                busy=fleet.busy,
+            )
+        fleet.fence = self._fence
+        self.scheduler = BackgroundScheduler(
+            executors={n: ThreadPoolExecutor(max_workers=1) for n in ("default", "loop", "source", "reload")},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone="UTC",
+        )
+        self.scheduler.add_listener(self._job_done, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        self.health: HealthServer | None = None
+        if config.agent.listen:
+            self.health = HealthServer(
+                config.agent.listen,
+                metrics=self.metrics,
+                last_tick=self._last_tick,
+                ready=self._not_ready,
+                status=self.status_json,
+                sync=self.sync,
+                stuck_after=self.opts.stuck_after,
+            )
+
+    # -- what the endpoints ask ---------------------------------------------------
+
+    def _last_tick(self) -> float:
+        return min(self.last_tick, self.leases.heartbeat) if self.leases else self.last_tick
+
+    def _not_ready(self) -> str | None:
+        if self.stopping:
+            return "shutting down"
+        return None if self.source_attempted else "first source fetch pending"
+
+    def _fence(self, name: str) -> str | None:
+        if self._shut:
+            return self._shut
+        return self.leases.may_write(name) if self.leases else None
+
+    def status_json(self) -> dict[str, Any]:
+        clusters = []
+        for name, st in self.fleet.status.items():
+            d = st.to_json()
+            if self.leases:
+                d["lease_held"] = self.leases.holds(name)
+                d["holder"] = self.leases.holder(name)
+            clusters.append(d)
+        return {
+            "agent": self.config.agent.name,
+            "replica": self.leases.s.identity if self.leases else None,
+            "revision": self.revision.sha if self.revision else None,
+            "source_error": self.source_error,
+            "config_error": self.config_error,
+            "stopping": self.stopping,
+            "leases": self.leases.to_json() if self.leases else None,
+            "clusters": clusters,
+        }
+
+    def sync(self, name: str) -> tuple[int, dict[str, Any]]:
+        """``POST /sync?cluster=NAME``: a pass now (or right after the running one)."""
+        if name not in self.fleet.status:
+            return 404, {"error": f"no cluster named {name!r}"}
+        if self.stopping:
+            return 503, {"error": "agent shutting down"}
+        if self.leases and not self.leases.holds(name):
+            holder = self.leases.holder(name) or "none"
+            return 409, {"error": f"this replica does not hold {name!r}; holder: {holder}", "holder": holder}
+        when = self._schedule(name, datetime.now(UTC), "sync requested")
+        return 202, {
+            "cluster": name,
+            "next_run": _iso(when),
+            "revision": self.revision.sha if self.revision else None,
+        }
+
+    # -- jobs ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.health is not None:
+            self.health.start()
+        if self.leases is not None:
+            self.leases.start()
+        now = datetime.now(UTC)
+        self.scheduler.add_job(
+            self.poll,
+            "interval",
+            seconds=self.config.source.poll_interval,
+            id="source",
+            executor="source",
+            next_run_time=now,
+        )
+        self.scheduler.add_job(self._tick, "interval", seconds=self.opts.tick, id="tick", executor="loop")
+        if self.opts.reload_interval > 0 and self.config.file:
+            self.scheduler.add_job(
+                self.check_reload,
+                "interval",
+                seconds=self.opts.reload_interval,
+                id="reload",
+                executor="reload",
+            )
+        for c in self.config.clusters:
+            self._add_cluster_job(c)
+        self.scheduler.start()
+
+    def _add_cluster_job(self, c: ClusterConfig) -> None:
+        alias = f"cluster:{c.name}"
+        self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
+        interval = c.settings.reconcile_interval
+        self.scheduler.add_job(
+            self.reconcile,
+            "interval",
+            seconds=interval,
+            jitter=interval * self.opts.jitter,
+            id=alias,
+            args=[c.name],
+            executor=alias,
+            next_run_time=None,  # paused until the first revision
+        )
+
+    def _remove_cluster_job(self, name: str) -> None:
+        alias = f"cluster:{name}"
+        if self.scheduler.get_job(alias) is not None:
+            self.scheduler.remove_job(alias)
+        try:
+            executor = self.scheduler._lookup_executor(alias)
+        except KeyError:
+            return
+        self.scheduler.remove_executor(alias, shutdown=False)
+        executor.shutdown(wait=False)  # a pass still running finishes (fenced) on its own thread
+
+    def _tick(self) -> None:
+        self.last_tick = time.monotonic()
+        self.metrics.tick.set(time.time())
+
+    def poll(self) -> None:
+        t0 = time.monotonic()
+        try:
+            rev = self.source.poll()
+            self.source_error = None
+            self.metrics.fetch_success.set(time.time())
+        except SourceError as e:
+            self.metrics.fetch_failures.inc()
+            self.source_error = str(e)
+            log.error("source poll failed; last good revision stays in force", error=str(e))
+            return
+        finally:
+            self.source_attempted = True
+            self.metrics.fetch_duration.observe(time.monotonic() - t0)
+        if self.revision is None or rev.sha != self.revision.sha:
+            log.info("new revision", revision=rev.short, subject=rev.subject)
+            self.revision = rev
+            for name in self.fleet.names():
+                self._schedule(name, datetime.now(UTC), f"new revision {rev.short}")
+
+    def reconcile(self, name: str) -> None:
+        rev = self.revision
+        if rev is None or self.stopping or name not in self.fleet.status:
+            return
+        st = self.fleet.status[name]
+        if self.leases is not None and not self.leases.holds(name):
+            st.state, st.holder = "standby", self.leases.holder(name)
+            self.metrics.lease_held.labels(name).set(0)
+            return
+        with self._lock:
+            self._in_job.add(name)
+        result = self.fleet.run_pass(name, rev)
+        if self.stopping:
+            return
+        now = datetime.now(UTC)
+        if not result.ok:
+            delay = backoff_delay(st.failures, base=self.opts.backoff_base, cap=self.opts.backoff_cap)
+            delay *= 1 + random.uniform(0, self.opts.jitter)
+            log.warning(
+                "cluster failed; backing off", cluster=name, error=result.error, retry_in=round(delay, 2)
+            )
+            self._schedule(name, now + timedelta(seconds=delay), f"backoff after {st.failures} failure(s)")
+        elif self.revision is not None and self.revision.sha != rev.sha:
+            self._schedule(name, now, "new revision arrived during the pass")
+
+    def _schedule(self, name: str, when: datetime, why: str) -> datetime:
+        """Run ``name`` at ``when``; while its job runs, the request waits for the job's end."""
+        with self._lock:
+            if name in self._in_job:
+                prev = self._queued.get(name)
+                if prev is None or when < prev[0]:
+                    self._queued[name] = (when, why)
+                return when
+        return self._modify(name, when, why)
+
+    def _modify(self, name: str, when: datetime, why: str) -> datetime:
+        job = self.scheduler.get_job(f"cluster:{name}")
+        st = self.fleet.status.get(name)
+        if job is None or st is None:
+            return when
+        job.modify(next_run_time=when)
+        st.next_run = when
+        st.schedule.append((datetime.now(UTC), (when - datetime.now(UTC)).total_seconds(), why))
+        self.metrics.cluster_state(
+            name, failures=st.failures, next_run=when.timestamp(), suspended=st.state == "suspended"
+        )
+        return when
+
+    def _job_done(self, event: JobExecutionEvent) -> None:
+        """After a cluster's job returned (apscheduler counts it finished): apply what waited."""
+        if not event.job_id.startswith("cluster:"):
+            return
+        name = event.job_id.removeprefix("cluster:")
+        with self._lock:
+            self._in_job.discard(name)
+            queued = self._queued.pop(name, None)
+        st = self.fleet.status.get(name)
+        if queued is not None and not self.stopping:
+            self._modify(name, *queued)
+        elif st is not None and (job := self.scheduler.get_job(event.job_id)) is not None:
+            st.next_run = job.next_run_time
+            if st.next_run is not None and st.last_result is not None and st.last_result.ok:
+                st.schedule.append(
+                    (datetime.now(UTC), (st.next_run - datetime.now(UTC)).total_seconds(), "interval")
+                )
+
+    def _lease_changed(self, name: str, held: bool) -> None:
+        self.metrics.lease_held.labels(name).set(1 if held else 0)
+        st = self.fleet.status.get(name)
+        if st is not None:
+            st.holder = self.leases.holder(name) if self.leases else ""
+            st.state = st.state if held else "standby"
+        if held and self.revision is not None and not self.stopping:
+            self._schedule(name, datetime.now(UTC), "lease acquired")
+
+    # -- config reload ------------------------------------------------------------
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            s = os.stat(self.config.file)
+        except OSError:
+            return None
+        return s.st_mtime_ns, s.st_size
+
+    def check_reload(self) -> None:
+        stamp = self._stamp()
+        if stamp is None or stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        try:
+            new = load_config(self.config.file)
+            # A cluster whose kubeconfig is gone is refused now, not at its next pass; [agent]
+            # (the management cluster) changes only with a restart.
+            check_access(new, management=False)
+        except ConfigError as e:
+            self.config_error = str(e)
+            self.metrics.reloads.labels("error").inc()
+            log.error("config reload failed; the running config stays in force", error=str(e))
+            return
+        self.apply_config(new)
+
+    def apply_config(self, new: Config) -> None:
+        """Clusters added, removed or changed take effect now; removal never deletes anything there."""
+        old = self.config
+        if new.agent != old.agent:
+            log.warning("[agent] settings changed; they take effect after a restart")
+            new = replace(new, agent=old.agent)
+        if new.source != old.source and self.source_factory is not None:
+            self.source = self.source_factory(new)
+        added, removed, changed = self.fleet.update(new)
+        self.config = new
+        for name in removed:
+            self._remove_cluster_job(name)
+        for c in new.clusters:
+            if c.name in added:
+                self._add_cluster_job(c)
+            elif c.name in changed:
+                interval = c.settings.reconcile_interval
+                self.scheduler.reschedule_job(
+                    f"cluster:{c.name}",
+                    trigger="interval",
+                    seconds=interval,
+                    jitter=interval * self.opts.jitter,
+                )
+        if self.leases is not None:
+            self.leases.set_clusters(self.fleet.names())
+        if self.revision is not None:
+            # Refused entries too: removing or re-pointing the entry they collided with lifts the
+            # refusal, and they should not wait out their backoff to find out.
+            refused = [n for n, st in self.fleet.status.items() if st.state == "refused"]
+            for name in dict.fromkeys(added + changed + refused):
+                self._schedule(name, datetime.now(UTC), "config reloaded")
+        self.config_error = None
+        self.metrics.reloads.labels("ok").inc()
+        log.info("config reloaded", added=added, removed=removed, changed=changed)
+
+    # -- shutdown -------------------------------------------------------------------
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop scheduling; let running passes finish within ``grace``; then fence, release, close."""
+        grace = self.opts.grace if grace is None else grace
+        self.stopping = True
+        log.info("shutting down: no new passes; waiting for running ones", grace=grace)
+        self.scheduler.shutdown(wait=False)
+        deadline = time.monotonic() + grace
+        while self.fleet.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = self.fleet.running()
+        if left:
+            # Safe: the inventory is widened before applying and narrowed only after pruning,
+            # so a pass cut short leaves every applied object tracked (invariant 10).
+            log.warning("abandoning passes still running after the grace period", clusters=left)
+        self._shut = "agent shut down"
+        self.fleet.abandon_all(self._shut)
+        if self.leases is not None:
+            self.leases.stop(release=True)
+        if self.health is not None:
+            self.health.stop()
+        self.fleet.close()
+        self._stop.set()
+
+    def run_forever(self, *, grace: float | None = None) -> None:
+        self.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop.set())
+        self._stop.wait()
+        self.stop(grace)

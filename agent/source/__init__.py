@@ -1,0 +1,1 @@
+"""Git: poll, fetch only when the ref moved, credentials, atomic checkouts, signatures."""

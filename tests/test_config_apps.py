@@ -381,7 +381,8 @@ def test_an_unknown_app_is_an_error_naming_the_known_ones(tmp_path: Path) -> Non
             "apps[1].depends_onn: unknown key (did you mean 'depends_on'?)",
         ),
         (
-            BASE + '\n[[app]]\nname = "web"\ncluster = "a"\npath = "p"\n',
+            # Not "clusters[1]: serves no app": the typo is what is wrong.
+            SOURCE + CLUSTERS + '\n[[app]]\nname = "web"\ncluster = "b"\npath = "p"\n',
             "app: unknown key (did you mean 'apps'?)",
         ),
         (

@@ -48,6 +48,21 @@ NOT_A_VALUE = {
     ("defaults", "max_prune"),
     ("conflict_rules", "manager"),
     ("conflict_rules", "action"),
+    ("sources", "name"),
+    ("apps", "name"),
+    ("apps", "cluster"),
+    ("apps", "clusters"),
+    ("apps", "path"),
+    ("apps", "paths"),
+}
+#: Tables that take the keys of another, which the reference documents once, in a sentence
+#: naming both: a `[[sources]]` entry is a `[source]` with a name, and so on.
+MIRRORS = {
+    "sources": "source",
+    "sources.auth": "source.auth",
+    "sources.verify": "source.verify",
+    "apps.helm": "clusters.helm",
+    "apps.conflict_rules": "conflict_rules",
 }
 #: Sections of the example whose values must be the defaults (the others are illustrations).
 DEFAULT_SECTIONS = ("agent", "source", "source.auth", "source.verify", "defaults")
@@ -66,6 +81,17 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
             {"name": "c", "kubeconfig": str(kubeconfig), "path": "p", "vars": {}, "helm": {"chart": "chart"}}
         ],
         "conflict_rules": [{"manager": "*", "action": "yield"}],
+        "sources": [{"name": "other", "url": "https://git.example.com/other.git", "auth": {}, "verify": {}}],
+        "apps": [
+            {
+                "name": "app",
+                "cluster": "c",
+                "path": "q",
+                "vars": {},
+                "helm": {"chart": "chart"},
+                "conflict_rules": [{"manager": "*", "action": "yield"}],
+            }
+        ],
     }
 
 
@@ -97,10 +123,35 @@ def accepted_keys(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[se
     with monkeypatch.context() as m:
         m.setattr(TableReader, "get", spy)
         parse_config(base_data(kubeconfig), base_dir=kubeconfig.parent)
-    tables = {f"{s}.{k}".strip(".") for s, k in seen if k in ("agent", "source", "defaults", "clusters")}
-    tables |= {"source.auth", "source.verify", "clusters.vars", "clusters.helm", "conflict_rules"}
+    tables = {k for s, k in seen if s == ""}
+    tables |= {"source.auth", "source.verify", "clusters.vars", "clusters.helm"}
+    tables |= {"sources.auth", "sources.verify", "apps.vars", "apps.helm", "apps.conflict_rules"}
     keys = {(s, k) for s, k in seen if f"{s}.{k}".strip(".") not in tables}
     return keys, tables
+
+
+def documented_once(keys: set[Key]) -> set[Key]:
+    """The accepted keys a reference lists in their own rows: not those said once for many.
+
+    A `[[clusters]]` entry takes every `[defaults]` key and an `[[apps]]` entry the per-app
+    ones (each a sentence); a mirror table takes the keys of the table it mirrors.
+    """
+    settings = {k for s, k in keys if s == "defaults"}
+    return {
+        (s, k)
+        for s, k in keys
+        if not (s in ("clusters", "apps") and k in settings)
+        and not (s in MIRRORS and (MIRRORS[s], k) in keys)
+    }
+
+
+def app_settings_sentence() -> set[str]:
+    """The `[defaults]` keys the reference says an `[[apps]]` entry may set."""
+    m = re.search(
+        r"An app may also set these keys of `\[defaults\]`[^:]*:(.*?);", REFERENCE.read_text(), re.S
+    )
+    assert m is not None, "the [[apps]] section no longer says which [defaults] keys an app may set"
+    return set(re.findall(r"`([a-z_]+)`", m.group(1)))
 
 
 def documented() -> dict[Key, str]:
@@ -138,11 +189,16 @@ def test_configuration_reference_lists_exactly_the_keys_the_loader_accepts(
 ) -> None:
     keys, _ = accepted_keys(kubeconfig, monkeypatch)
     settings = {k for s, k in keys if s == "defaults"}
+    assert set(documented()) == documented_once(keys)
     # A [[clusters]] entry takes every [defaults] key too; the reference says so once.
-    expected = {(s, k) for s, k in keys if not (s == "clusters" and k in settings)}
-    assert set(documented()) == expected
-    assert "may set any\nkey of `[defaults]`" in REFERENCE.read_text()
+    text = REFERENCE.read_text()
+    assert "may set any\nkey of `[defaults]`" in text
     assert settings == config_mod.setting_keys()
+    # An [[apps]] entry takes some of them; the reference names exactly those.
+    assert app_settings_sentence() == {k for s, k in keys if s == "apps" and k in settings}
+    for table, mirrored in MIRRORS.items():
+        both = rf"`\[\[?{re.escape(table)}\]\]?`.{{0,200}}?`\[\[?{re.escape(mirrored)}\]\]?`"
+        assert re.search(both, text, re.S), f"the reference does not say [{table}] takes [{mirrored}]'s keys"
 
 
 def test_configuration_reference_defaults_are_the_loaders(kubeconfig: Path) -> None:
@@ -156,7 +212,16 @@ def test_configuration_reference_defaults_are_the_loaders(kubeconfig: Path) -> N
 
 
 def test_documented_required_keys_are_required(kubeconfig: Path) -> None:
-    for section, key in (("source", "url"), ("clusters", "name"), ("conflict_rules", "action")):
+    required = (
+        ("source", "url"),
+        ("clusters", "name"),
+        ("conflict_rules", "action"),
+        ("sources", "name"),
+        ("apps", "name"),
+        ("apps", "cluster"),
+        ("apps", "path"),
+    )
+    for section, key in required:
         data = base_data(kubeconfig)
         del table(data, section)[key]
         with pytest.raises(ConfigError, match="required"):
@@ -185,7 +250,7 @@ def test_example_config_mentions_every_key_with_its_default(
 ) -> None:
     keys, _ = accepted_keys(kubeconfig, monkeypatch)
     mentioned = example_mentions()
-    expected = {(s, k) for s, k in keys if not (s == "clusters" and k in config_mod.setting_keys())}
+    expected = documented_once(keys)
     missing = expected - set(mentioned)
     assert not missing, f"config.example.toml does not mention: {sorted(missing)}"
     for (section, key), value in sorted(mentioned.items()):
@@ -198,6 +263,21 @@ def test_example_config_mentions_every_key_with_its_default(
     (tmp_path / "example.toml").write_text(text)
     cfg = config_mod.load_config(tmp_path / "example.toml")
     assert [c.name for c in cfg.clusters] == ["prod-eu", "mgmt"]
+
+
+def test_example_config_apps_block_loads_when_uncommented(kubeconfig: Path, tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace("/etc/gitops-agent/prod-eu.kubeconfig", str(kubeconfig))
+    head, marker, block = text.partition("\n# Apps: ")
+    assert marker, "config.example.toml no longer ends with its commented [[apps]] block"
+    block = re.sub(r"(?m)^# (?=\[|[a-z_]+ = )", "", block)
+    (tmp_path / "example.toml").write_text(head + marker + block)
+    cfg = config_mod.load_config(tmp_path / "example.toml")
+    assert [(a.name, a.source, a.depends_on) for a in cfg.apps_of("prod-eu")] == [
+        ("prod-eu", "default", ()),
+        ("infra", "default", ()),
+        ("shop", "shop", ("infra",)),
+    ]
+    assert [s.name for s in cfg.sources] == ["default", "shop"]
 
 
 # -- the example, run against real clusters ----------------------------------------

@@ -16,17 +16,22 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from agent.config.apps import Placed, check_apps
 from agent.config.tomlreader import TableReader, type_name
 from agent.config.types import (
     ADOPT_MODES,
+    APP_SETTING_KEYS,
     DEFAULT_CONFLICT_RULES,
+    DEFAULT_SOURCE,
     PROPAGATION_POLICIES,
     AgentSettings,
+    AppConfig,
     ClusterConfig,
     ClusterSettings,
     Config,
     ConflictRule,
     HelmSettings,
+    NamedSource,
     SourceAuth,
     SourceConfig,
     SourceVerify,
@@ -89,31 +94,24 @@ def _repo_relative(r: TableReader, name: str, value: str) -> str:
     return p.as_posix().strip("/") or "."
 
 
-def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterConfig:
-    name = r.get("name", str, required=True)
-    if not _DNS_LABEL.match(name):
-        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+def _paths(r: TableReader) -> tuple[str, ...] | None:
+    """`path` or `paths`, repository-relative; None when neither is set."""
     path = r.get("path", str)
     paths = r.string_list("paths")
     if path is not None and paths is not None:
         raise r.error("paths", "set either path or paths, not both")
     if path is None and paths is None:
-        raise r.error("path", "required key is missing (the directory of this cluster's manifests)")
+        return None
     all_paths = tuple(
         _repo_relative(r, "path" if path is not None else "paths", p)
         for p in ([path] if path else paths or [])
     )
     if not all_paths:
         raise r.error("paths", "must name at least one directory")
-    in_cluster = r.get("in_cluster", bool, False)
-    kubeconfig = r.get("kubeconfig", str, "")
-    context = r.get("context", str, "")
-    if in_cluster and kubeconfig:
-        raise r.error("kubeconfig", "set either kubeconfig or in_cluster = true, not both")
-    if not in_cluster:
-        if not kubeconfig:
-            raise r.error("kubeconfig", "required key is missing (or set in_cluster = true)")
-        kubeconfig = str((base_dir / os.path.expanduser(kubeconfig)).resolve())
+    return all_paths
+
+
+def _vars(r: TableReader) -> dict[str, str]:
     vars_table = r.sub("vars")
     variables: dict[str, str] = {}
     if vars_table is not None:
@@ -126,17 +124,42 @@ def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterCo
                 raise vars_table.error(k, f"expected string or number, got {type_name(type(v))}")
             variables[k] = str(v)
             vars_table.used.add(k)
-    helm = None
-    if (h := r.sub("helm")) is not None:
-        helm = HelmSettings(
-            chart=_repo_relative(h, "chart", h.get("chart", str, required=True)),
-            release_name=h.get("release_name", str, name),
-            namespace=h.get("namespace", str, ""),
-            values_files=tuple(
-                _repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()
-            ),
-        )
-        h.finish()
+    return variables
+
+
+def _helm(r: TableReader, release_name: str) -> HelmSettings | None:
+    h = r.sub("helm")
+    if h is None:
+        return None
+    helm = HelmSettings(
+        chart=_repo_relative(h, "chart", h.get("chart", str, required=True)),
+        release_name=h.get("release_name", str, release_name),
+        namespace=h.get("namespace", str, ""),
+        values_files=tuple(_repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()),
+    )
+    h.finish()
+    return helm
+
+
+def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterConfig:
+    name = r.get("name", str, required=True)
+    if not _DNS_LABEL.match(name):
+        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+    # Without path/paths the entry only connects; [[apps]] name it (check_apps: it must serve one).
+    all_paths = _paths(r) or ()
+    in_cluster = r.get("in_cluster", bool, False)
+    kubeconfig = r.get("kubeconfig", str, "")
+    context = r.get("context", str, "")
+    if in_cluster and kubeconfig:
+        raise r.error("kubeconfig", "set either kubeconfig or in_cluster = true, not both")
+    if not in_cluster:
+        if not kubeconfig:
+            raise r.error("kubeconfig", "required key is missing (or set in_cluster = true)")
+        kubeconfig = str((base_dir / os.path.expanduser(kubeconfig)).resolve())
+    variables = _vars(r)
+    helm = _helm(r, name)
+    if helm is not None and not all_paths:
+        raise r.error("helm", "needs path or paths (the chart renders with this entry's own app)")
     settings = _settings(r, base)
     r.finish()
     return ClusterConfig(
@@ -266,6 +289,133 @@ def _conflict_rule(r: TableReader) -> ConflictRule:
     return rule
 
 
+def _sources(top: TableReader, base_dir: Path) -> tuple[NamedSource, ...]:
+    """`[source]` (named `default`) and the `[[sources]]` entries; at least one, names unique."""
+    found: list[NamedSource] = []
+    where: dict[str, str] = {}
+    if (s := top.sub("source")) is not None:
+        found.append(NamedSource(DEFAULT_SOURCE, _source(s, base_dir)))
+        where[DEFAULT_SOURCE] = "[source]"
+    for i, table in enumerate(top.get("sources", list) or ()):
+        r = TableReader(table, f"sources[{i}]", top.file)
+        name = r.get("name", str, required=True)
+        if not _DNS_LABEL.match(name):
+            raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+        if name in where:
+            raise r.error("name", f"duplicate source {name!r} (also {where[name]})")
+        where[name] = r.path
+        found.append(NamedSource(name, _source(r, base_dir)))
+    if not found:
+        raise top.error("source", "required table is missing ([source] with url, or [[sources]] entries)")
+    return tuple(sorted(found, key=lambda s: s.name != DEFAULT_SOURCE))
+
+
+class _AppReader(TableReader):
+    """An `[[apps]]` table: of the `[defaults]` keys only ``APP_SETTING_KEYS`` exist.
+
+    ``_settings`` reads every settings key; here the cluster's own ones read as unset (so the
+    app keeps the cluster's value) and stay unused, so ``finish`` rejects them.
+    """
+
+    def get(
+        self, name: str, kind: type | tuple[type, ...], default: Any = None, *, required: bool = False
+    ) -> Any:
+        if name in _SETTING_KEYS - APP_SETTING_KEYS:
+            return default
+        return super().get(name, kind, default, required=required)
+
+
+def _app(
+    r: _AppReader,
+    clusters: dict[str, ClusterConfig],
+    sources: tuple[NamedSource, ...],
+    rules: tuple[ConflictRule, ...],
+) -> list[AppConfig]:
+    """One `[[apps]]` entry: one AppConfig per cluster it names, settings merged over each's."""
+    name = r.get("name", str, required=True)
+    if not _DNS_LABEL.match(name):
+        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+    one = r.get("cluster", str)
+    many = r.string_list("clusters")
+    if one is not None and many is not None:
+        raise r.error("clusters", "set either cluster or clusters, not both")
+    if one is None and many is None:
+        raise r.error(
+            "cluster", "required key is missing (the cluster this app goes to, or clusters = [...])"
+        )
+    targets = (
+        [("cluster", one)] if one is not None else [(f"clusters[{i}]", c) for i, c in enumerate(many or ())]
+    )
+    if not targets:
+        raise r.error("clusters", "must name at least one cluster")
+    seen: set[str] = set()
+    for key, cluster in targets:
+        if cluster not in clusters:
+            raise r.error(key, f"no cluster named {cluster!r} (have: {', '.join(clusters)})")
+        if cluster in seen:
+            raise r.error(key, f"cluster {cluster!r} is listed twice")
+        seen.add(cluster)
+    source = r.get("source", str, DEFAULT_SOURCE)
+    if source not in {s.name for s in sources}:
+        raise r.error("source", f"no source named {source!r} (have: {', '.join(s.name for s in sources)})")
+    paths = _paths(r)
+    if paths is None:
+        raise r.error("path", "required key is missing (the directory of this app's manifests)")
+    variables = _vars(r)
+    helm = _helm(r, name)
+    depends_on = r.string_list("depends_on") or ()
+    for i, dep in enumerate(depends_on):
+        if dep in depends_on[:i]:
+            raise r.error("depends_on", f"{dep!r} is listed twice")
+    suspend = r.get("suspend", bool, False)
+    renamed_from = r.get("renamed_from", str, "")
+    if renamed_from and not _DNS_LABEL.match(renamed_from):
+        raise r.error("renamed_from", f"must be a DNS label (an app's name), got {renamed_from!r}")
+    if (rules_raw := r.get("conflict_rules", list)) is not None:
+        rules = tuple(
+            _conflict_rule(TableReader(t, f"{r.path}.conflict_rules[{i}]", r.file))
+            for i, t in enumerate(rules_raw)
+        )
+    if cluster_only := sorted(set(r.table) & (_SETTING_KEYS - APP_SETTING_KEYS)):
+        raise r.error(
+            cluster_only[0],
+            "is the cluster's setting, shared by all its apps "
+            "(set it on the [[clusters]] entry or in [defaults])",
+        )
+    apps = [
+        AppConfig(
+            name=name,
+            cluster=cluster,
+            paths=paths,
+            settings=_settings(r, clusters[cluster].settings),
+            conflict_rules=rules,
+            source=source,
+            vars={**clusters[cluster].vars, **variables},
+            helm=helm,
+            depends_on=depends_on,
+            suspend=suspend,
+            renamed_from=renamed_from,
+        )
+        for _, cluster in targets
+    ]
+    r.finish()
+    return apps
+
+
+def _implicit_app(cluster: ClusterConfig, rules: tuple[ConflictRule, ...]) -> AppConfig:
+    """The app a `[[clusters]]` entry with `path`/`paths` is: exactly what the entry was before apps."""
+    return AppConfig(
+        name=cluster.name,
+        cluster=cluster.name,
+        paths=cluster.paths,
+        settings=cluster.settings,
+        conflict_rules=rules,
+        vars=cluster.vars,
+        helm=cluster.helm,
+        implicit=True,
+    )
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read, parse and validate a config file; raises ``ConfigError``."""
     file = str(path)
@@ -289,10 +439,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     top = TableReader(data, "", file)
     agent_table = top.sub("agent")
     agent = _agent(agent_table, base_dir) if agent_table else AgentSettings()
-    source_table = top.sub("source")
-    if source_table is None:
-        raise top.error("source", "required table is missing ([source] with url)")
-    source = _source(source_table, base_dir)
+    sources = _sources(top, base_dir)
     defaults = ClusterSettings()
     if (d := top.sub("defaults")) is not None:
         defaults = _settings(d, defaults)
@@ -318,8 +465,48 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         rules = tuple(
             _conflict_rule(TableReader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
         )
+    apps = _apps(top, clusters, sources, rules)
+    # Before the apps are checked together: `[[app]]` is a typo, not a cluster serving no app.
     top.finish()
-    return Config(agent=agent, source=source, clusters=tuple(clusters), conflict_rules=rules, file=file)
+    check_apps(apps, clusters, file=file)
+    return Config(
+        agent=agent,
+        source=sources[0].config,
+        clusters=tuple(clusters),
+        conflict_rules=rules,
+        file=file,
+        sources=sources,
+        apps=tuple(p.app for p in apps),
+    )
+
+
+def _apps(
+    top: TableReader,
+    clusters: list[ClusterConfig],
+    sources: tuple[NamedSource, ...],
+    rules: tuple[ConflictRule, ...],
+) -> list[Placed]:
+    """The implicit apps of `[[clusters]]` entries, then each `[[apps]]` entry's, in config order."""
+    placed: list[Placed] = []
+    has_default = sources[0].name == DEFAULT_SOURCE
+    for i, c in enumerate(clusters):
+        if not c.paths:
+            continue
+        if not has_default:
+            raise ConfigError(
+                f"clusters[{i}]",
+                f"its own app (path/paths) comes from the source named {DEFAULT_SOURCE!r}, and there is "
+                "none: add [source], or name a [[sources]] entry default",
+                file=top.file,
+            )
+        placed.append(Placed(_implicit_app(c, rules), f"clusters[{i}]"))
+    by_name = {c.name: c for c in clusters}
+    for i, table in enumerate(top.get("apps", list) or ()):
+        entry = f"apps[{i}]"
+        placed.extend(
+            Placed(a, entry) for a in _app(_AppReader(table, entry, top.file), by_name, sources, rules)
+        )
+    return placed
 
 
 def check_access(config: Config, clusters: Iterable[str] | None = None, *, management: bool = True) -> None:

@@ -129,6 +129,7 @@ class ClusterSettings:
 @dataclass(frozen=True)
 class ClusterConfig:
     name: str
+    #: The entry's own `path`/`paths` (its implicit app's); () when only `[[apps]]` serve it.
     paths: tuple[str, ...]
     settings: ClusterSettings
     kubeconfig: str = ""
@@ -166,14 +167,81 @@ DEFAULT_CONFLICT_RULES: tuple[ConflictRule, ...] = (
     ConflictRule(manager="velero*", action="force"),
 )
 
+#: The source of implicit apps, and of `[[apps]]` that name none: `[source]`, or the
+#: `[[sources]]` entry of this name.
+DEFAULT_SOURCE = "default"
+
+#: `[defaults]` keys an `[[apps]]` entry may override. The others (field manager, connection
+#: timeouts, pass deadline, concurrency) belong to the cluster, shared by all its apps.
+APP_SETTING_KEYS = frozenset(
+    {
+        "prune",
+        "allow_empty",
+        "max_prune_fraction",
+        "brake_min_inventory",
+        "max_prune",
+        "adopt",
+        "reconcile_interval",
+        "propagation_policy",
+        "default_namespace",
+        "render_timeout",
+        "exclude",
+    }
+)
+
+
+@dataclass(frozen=True)
+class NamedSource:
+    """A `[[sources]]` entry; `[source]` is the one named `default`."""
+
+    name: str
+    config: SourceConfig
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """One app on one cluster: the unit of inventory, render failure, brake and suspension.
+
+    An `[[apps]]` entry with ``clusters = [...]`` is one AppConfig per cluster. A
+    `[[clusters]]` entry with `path`/`paths` is also an app (``implicit``), named after the
+    entry, whose inventory is the cluster's pre-apps ApplySet parent, so upgrading changes
+    nothing on the cluster.
+    """
+
+    name: str
+    cluster: str
+    paths: tuple[str, ...]
+    #: Merged defaults → cluster → app (an app overrides only ``APP_SETTING_KEYS``).
+    settings: ClusterSettings
+    #: The app's own `[[apps.conflict_rules]]`, else the global list.
+    conflict_rules: tuple[ConflictRule, ...] = DEFAULT_CONFLICT_RULES
+    source: str = DEFAULT_SOURCE
+    #: The app's variables merged over the cluster's.
+    vars: dict[str, str] = field(default_factory=dict)
+    helm: HelmSettings | None = None
+    #: Apps on the same cluster that must have succeeded at the current revision first.
+    depends_on: tuple[str, ...] = ()
+    suspend: bool = False
+    implicit: bool = False
+    #: The app's previous name on this cluster, whose objects it takes over without re-creating.
+    renamed_from: str = ""
+
 
 @dataclass(frozen=True)
 class Config:
     agent: AgentSettings
+    #: The source named `default`. A config without one (only other `[[sources]]`) has no
+    #: implicit app, so no cluster has `paths`; this then holds the first source, for callers
+    #: that do not know apps yet. App-aware code reads ``source_named(app.source)``.
     source: SourceConfig
     clusters: tuple[ClusterConfig, ...]
     conflict_rules: tuple[ConflictRule, ...] = DEFAULT_CONFLICT_RULES
     file: str = ""
+    #: Every source by name, `default` first when there is one, then in config order.
+    sources: tuple[NamedSource, ...] = ()
+    #: Every (app, cluster): the implicit apps of `[[clusters]]` entries in their order, then
+    #: `[[apps]]` entries in theirs, each expanded over its clusters in the order listed.
+    apps: tuple[AppConfig, ...] = ()
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:
@@ -185,3 +253,26 @@ class Config:
 
     def field_manager(self, cluster: ClusterConfig) -> str:
         return cluster.settings.field_manager or self.agent.name
+
+    def apps_of(self, cluster: str) -> tuple[AppConfig, ...]:
+        """The apps on one cluster, in config order (the implicit app first)."""
+        return tuple(a for a in self.apps if a.cluster == cluster)
+
+    def app(self, cluster: str, name: str) -> AppConfig:
+        """One app, as named beside ``--cluster`` by ``--app``; ConfigError naming the known ones."""
+        apps = self.apps_of(self.cluster(cluster).name)
+        for a in apps:
+            if a.name == name:
+                return a
+        raise ConfigError(
+            "apps",
+            f"no app named {name!r} on cluster {cluster!r} (have: {', '.join(a.name for a in apps)})",
+        )
+
+    def source_named(self, name: str) -> SourceConfig:
+        for s in self.sources:
+            if s.name == name:
+                return s.config
+        raise ConfigError(
+            "sources", f"no source named {name!r} (have: {', '.join(s.name for s in self.sources)})"
+        )

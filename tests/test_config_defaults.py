@@ -3,9 +3,9 @@
 Copies drift: ``ApplyOptions.concurrency`` once said 4 where ``[defaults] concurrency`` said 8
 (commit 59f4617). So the stages' option dataclasses and the module constants below hold no
 literal default, only references into ``agent.config.types``, and each equals the setting it
-stands for. The enums' spellings are the ones the loader accepts and the CLI offers.
-``tests/test_docs.py`` holds the other half: docs/configuration.md and config.example.toml
-against these types.
+stands for. The enums' spellings are the ones the loader accepts and the CLI offers, and the
+Git source is built from a config in one place. ``tests/test_docs.py`` holds the other half:
+docs/configuration.md and config.example.toml against these types.
 """
 
 from __future__ import annotations
@@ -207,3 +207,20 @@ def test_the_cli_offers_exactly_the_log_formats_and_levels_the_config_accepts() 
         types.choices(types.LogFormat),
         types.choices(types.LogLevel),
     ]
+
+
+def test_the_git_source_of_a_config_is_built_only_by_its_factory() -> None:
+    """``GitSource.from_config``; the offline diff's source is a ``--repo`` URL, not ``[source]``."""
+    allowed = {"agent/source/git.py", "agent/report/diff_offline.py"}
+    built: list[str] = []
+    for path in sorted((ROOT / "agent").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "GitSource"
+                and rel not in allowed
+            ):
+                built.append(f"{rel}:{node.lineno}")
+    assert not built, f"GitSource(...) outside GitSource.from_config: {built}"

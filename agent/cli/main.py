@@ -43,7 +43,7 @@ def main(log_format: str | None, log_level: str | None) -> None:
 def _source(cfg: Config):  # type: ignore[no-untyped-def]
     from agent.source.git import GitSource
 
-    return GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git")
+    return GitSource.from_config(cfg)
 
 
 @main.command()

@@ -39,7 +39,11 @@ def default_to_stderr() -> None:
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=STDERR))
 
 
-def configure(fmt: str = "console", level: str = "info") -> None:
+def configure(fmt: str, level: str) -> None:
+    """Logs as ``fmt`` at ``level``, spelled as the config's ``LogFormat`` and ``LogLevel``.
+
+    No defaults here: this module sits below ``agent.config``, whose ``AgentSettings`` holds them.
+    """
     lvl = getattr(logging, level.upper(), logging.INFO)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()

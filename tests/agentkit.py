@@ -101,7 +101,7 @@ class Agent:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.source = GitSource(config.source, Path(config.agent.cache_dir) / "git")
+        self.source = GitSource.from_config(config)
         self.fleet = Fleet(config)
 
     def revision(self) -> Revision:

@@ -35,7 +35,6 @@ DURATION, RENEW, RETRY = 3, 2.0, 0.5
 #: are the lead's to add to the config loader) and a short grace period.
 SCRIPT = f"""
 import sys
-from pathlib import Path
 from agent import logs
 from agent.config.load import load_config
 from agent.run.fleet import Fleet
@@ -47,7 +46,7 @@ cfg = load_config(config)
 logs.configure("json", "info")
 leases = LeaseSettings(enabled=lease_ns != "-", namespace=lease_ns, identity=identity, duration={DURATION},
                        renew_deadline={RENEW!r}, retry_period={RETRY!r}, kubeconfig=mgmt)
-Daemon(cfg, GitSource(cfg.source, Path(cfg.agent.cache_dir) / "git"), Fleet(cfg),
+Daemon(cfg, GitSource.from_config(cfg), Fleet(cfg),
        DaemonOptions(leases=leases, grace=float(grace), tick=0.2)).run_forever()
 """
 

@@ -65,10 +65,10 @@ def start_daemon(cfg: Config, **options: Any) -> Daemon:
     options.setdefault("tick", 0.2)
     d = Daemon(
         cfg,
-        GitSource(cfg.source, Path(cfg.agent.cache_dir) / "git"),
+        GitSource.from_config(cfg),
         Fleet(cfg),
         DaemonOptions(**options),
-        source_factory=lambda c: GitSource(c.source, Path(c.agent.cache_dir) / "git"),
+        source_factory=GitSource.from_config,
     )
     d.start()
     return d

@@ -73,7 +73,7 @@ def applied(tmp_path: Path, pool: ClusterPool, files: dict[str, str], **kw: Any)
     repo = make_repo(tmp_path, files)
     names = sorted({p.split("/")[1] for p in files})
     cfg = write_config(tmp_path, repo, {n: pool[n] for n in names}, **kw)
-    revision = GitSource(cfg.source, Path(cfg.agent.cache_dir) / "git").poll()
+    revision = GitSource.from_config(cfg).poll()
     for cluster in cfg.clusters:
         rec = ClusterReconciler(cfg, cluster)
         try:

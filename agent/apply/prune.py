@@ -27,6 +27,7 @@ from typing import Any
 
 from agent.apply.inventory import PART_OF, Inventory
 from agent.apply.ssa import phase_of
+from agent.config.types import CLUSTER_DEFAULTS, PropagationPolicy
 from agent.errors import ApiError
 from agent.kube.client import KubeClient
 from agent.model import ApplyResult, Manifest, ObjectKey, Outcome
@@ -41,12 +42,12 @@ class PruneOptions:
     field_manager: str
     inventory_id: str
     #: `prune = false` in config: nothing is ever deleted.
-    enabled: bool = True
-    allow_empty: bool = False
-    max_prune_fraction: float = 0.5
-    brake_min_inventory: int = 10
-    max_prune: int | None = None
-    propagation: str = "background"
+    enabled: bool = CLUSTER_DEFAULTS.prune
+    allow_empty: bool = CLUSTER_DEFAULTS.allow_empty
+    max_prune_fraction: float = CLUSTER_DEFAULTS.max_prune_fraction
+    brake_min_inventory: int = CLUSTER_DEFAULTS.brake_min_inventory
+    max_prune: int | None = CLUSTER_DEFAULTS.max_prune
+    propagation: PropagationPolicy = CLUSTER_DEFAULTS.propagation_policy
     dry_run: bool = False
 
 

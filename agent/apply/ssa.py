@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from agent.config.types import CLUSTER_DEFAULTS, CONFLICT_RETRIES, CRD_WAIT
 from agent.errors import ApiError, StatusCause
 from agent.kube.client import KubeClient
 from agent.model import Action, ApplyResult, Change, Manifest, ObjectKey, Outcome
@@ -46,11 +47,11 @@ class ApplyOptions:
     #: Send every request with ``dryRun=All``: the pass changes nothing.
     dry_run: bool = False
     #: Objects applied at once within a phase (per cluster); the pass passes the cluster's setting.
-    concurrency: int = 8
+    concurrency: int = CLUSTER_DEFAULTS.concurrency
     #: Seconds to wait for a CRD applied in this pass to become Established.
-    crd_wait: float = 60.0
+    crd_wait: float = CRD_WAIT
     #: Re-plans after a 409 before the object is reported failed.
-    conflict_retries: int = 3
+    conflict_retries: int = CONFLICT_RETRIES
 
 
 def phase_of(key: ObjectKey) -> int:

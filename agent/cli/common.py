@@ -17,7 +17,7 @@ import click
 
 from agent import logs
 from agent.config.load import check_access, load_config
-from agent.config.types import Config
+from agent.config.types import AGENT_DEFAULTS, Config, LogLevel
 from agent.errors import ConfigError
 
 EXIT_FAILED = 1
@@ -75,12 +75,7 @@ def configure_logging(
     """
     ctx = click.get_current_context(silent=True)
     given = ctx.find_root().params if ctx is not None else {}
-    agent = cfg.agent if cfg is not None else None
-    fmt = log_format or given.get("log_format") or (agent.log_format if agent else "console")
-    level = (
-        log_level
-        or given.get("log_level")
-        or ("warning" if quiet else None)
-        or (agent.log_level if agent else "info")
-    )
+    agent = cfg.agent if cfg is not None else AGENT_DEFAULTS
+    fmt = log_format or given.get("log_format") or agent.log_format
+    level = log_level or given.get("log_level") or (LogLevel.WARNING if quiet else None) or agent.log_level
     logs.configure(fmt, level)

@@ -163,7 +163,7 @@ def _live(cfg: Any, clusters: tuple[str, ...], revision: str | None, tree: str |
     if tree:
         target = Path(tree).resolve()
     else:
-        source = GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git")
+        source = GitSource.from_config(cfg)
         target = source.resolve(revision) if revision else source.poll()
     names = [c.name for c in cfg.clusters if not clusters or c.name in clusters]
     progress = TerminalProgress(sys.stderr, names) if sys.stderr.isatty() else None
@@ -172,9 +172,10 @@ def _live(cfg: Any, clusters: tuple[str, ...], revision: str | None, tree: str |
 
 def _offline(cfg: Any, repo: str, base_ref: str, head_ref: str, clusters: tuple[str, ...]) -> Report:
     from agent.report.diff_offline import run_offline
+    from agent.source.git import cache_dir_for
 
     if cfg is not None:
-        cache = Path(cfg.agent.cache_dir).expanduser() / "git"
+        cache = cache_dir_for(cfg)
         return run_offline(repo, base_ref, head_ref, config=cfg, cache_dir=cache, clusters=clusters)
     with tempfile.TemporaryDirectory(prefix="gitops-agent-diff-") as tmp:
         return run_offline(repo, base_ref, head_ref, config=None, cache_dir=Path(tmp), clusters=clusters)

@@ -16,12 +16,12 @@ import click
 
 from agent import __version__
 from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load
-from agent.config.types import Config
+from agent.config.types import Config, LogFormat, LogLevel, choices
 from agent.errors import AgentError, LocalClusterError, RenderError, SourceError
 from agent.report.summary import format_summary
 
-_LOG_FORMATS = click.Choice(["console", "json"])
-_LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"])
+_LOG_FORMATS = click.Choice(choices(LogFormat))
+_LOG_LEVELS = click.Choice(choices(LogLevel))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,7 +43,7 @@ def main(log_format: str | None, log_level: str | None) -> None:
 def _source(cfg: Config):  # type: ignore[no-untyped-def]
     from agent.source.git import GitSource
 
-    return GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git")
+    return GitSource.from_config(cfg)
 
 
 @main.command()

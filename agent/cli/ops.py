@@ -21,7 +21,6 @@ import json
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import click
@@ -170,7 +169,7 @@ def _one_pass(cfg: Config, cluster_name: str) -> int:
                 management_client(settings), settings, agent=cfg.agent.name, cluster=cluster_name
             )
             fleet.fence = lambda name: lm.may_write(name) if lm else None
-        revision = GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git").poll()
+        revision = GitSource.from_config(cfg).poll()
         results = fleet.run_pass(cluster_name, revision)
     except AgentError as e:
         click.echo(f"{cluster_name}: {e}", err=True)

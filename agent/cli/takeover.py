@@ -10,7 +10,6 @@ the rest of the CLI: 0 ok, 1 a cluster or object failed, 2 bad input.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -42,7 +41,7 @@ def takeover(config_file: str, cluster_name: str, managers: tuple[str, ...], do_
     cluster = cfg.cluster(cluster_name)
     reconciler = ClusterReconciler(cfg, cluster)
     try:
-        revision = GitSource(cfg.source, Path(cfg.agent.cache_dir).expanduser() / "git").poll()
+        revision = GitSource.from_config(cfg).poll()
         plan, results = run_takeover(reconciler, revision, managers, apply=do_apply)
     except AgentError as e:
         click.echo(f"takeover failed: {e}", err=True)

@@ -13,17 +13,20 @@ import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import fields, replace
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.config.apps import Placed, check_apps
 from agent.config.tomlreader import TableReader, type_name
 from agent.config.types import (
-    ADOPT_MODES,
+    AGENT_DEFAULTS,
     APP_SETTING_KEYS,
+    CLUSTER_DEFAULTS,
+    DEFAULT_BRANCH,
     DEFAULT_CONFLICT_RULES,
     DEFAULT_SOURCE,
-    PROPAGATION_POLICIES,
+    Adopt,
     AgentSettings,
     AppConfig,
     ClusterConfig,
@@ -31,15 +34,30 @@ from agent.config.types import (
     Config,
     ConflictRule,
     HelmSettings,
+    Leases,
+    LogFormat,
+    LogLevel,
     NamedSource,
+    PropagationPolicy,
     SourceAuth,
     SourceConfig,
     SourceVerify,
+    choices,
 )
 from agent.errors import ConfigError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _member(r: TableReader, name: str, value: str, kind: type[_E]) -> _E:
+    """``value`` as a member of ``kind``, or an error naming the key and every spelling it accepts."""
+    allowed = choices(kind)
+    if value not in allowed:
+        listed = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
+        raise r.error(name, f"must be {listed}, got {value!r}")
+    return kind(value)
 
 
 def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
@@ -69,12 +87,13 @@ def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
             if v < lowest:
                 raise r.error(name, f"must be at least {lowest}, got {v}")
             values[name] = v
-    for name, allowed in (("adopt", ADOPT_MODES), ("propagation_policy", PROPAGATION_POLICIES)):
+    kind: type[StrEnum]
+    for name, kind in (("adopt", Adopt), ("propagation_policy", PropagationPolicy)):
         v = r.get(name, str)
         if v is not None:
-            if v not in allowed:
-                raise r.error(name, f"must be one of {', '.join(allowed)}; got {v!r}")
-            values[name] = v
+            if v not in choices(kind):
+                raise r.error(name, f"must be one of {', '.join(choices(kind))}; got {v!r}")
+            values[name] = kind(v)
     if (v := r.get("default_namespace", str)) is not None:
         if not _DNS_LABEL.match(v):
             raise r.error("default_namespace", f"not a valid namespace name: {v!r}")
@@ -186,25 +205,28 @@ def _source(r: TableReader, base_dir: Path) -> SourceConfig:
         raise r.error(given[1], f"set only one of branch, tag, commit (got {' and '.join(given)})")
     if refs["commit"] and not re.fullmatch(r"[0-9a-f]{7,40}", refs["commit"]):
         raise r.error("commit", f"must be a hexadecimal commit SHA, got {refs['commit']!r}")
-    auth = SourceAuth()
+    d = SourceConfig(url=url)
+    auth = d.auth
     if (a := r.sub("auth")) is not None:
-        auth = SourceAuth(**{f.name: a.get(f.name, str, "") for f in fields(SourceAuth)})
+        auth = SourceAuth(**{f.name: a.get(f.name, str, getattr(d.auth, f.name)) for f in fields(SourceAuth)})
         a.finish()
-    verify = SourceVerify()
+    verify = d.verify
     if (v := r.sub("verify")) is not None:
-        verify = SourceVerify(**{f.name: v.get(f.name, str, "") for f in fields(SourceVerify)})
+        verify = SourceVerify(
+            **{f.name: v.get(f.name, str, getattr(d.verify, f.name)) for f in fields(SourceVerify)}
+        )
         v.finish()
-    keep = r.get("keep_checkouts", int, 3)
+    keep = r.get("keep_checkouts", int, d.keep_checkouts)
     if keep < 1:
         raise r.error("keep_checkouts", f"must be at least 1, got {keep}")
     cfg = SourceConfig(
         url=url,
-        branch=refs["branch"] or ("" if given else "main"),
+        branch=refs["branch"] or ("" if given else DEFAULT_BRANCH),
         tag=refs["tag"],
         commit=refs["commit"],
-        poll_interval=r.duration("poll_interval", 60.0, minimum=1.0),
-        timeout=r.duration("timeout", 60.0),
-        shallow=r.get("shallow", bool, False),
+        poll_interval=r.duration("poll_interval", d.poll_interval, minimum=1.0),
+        timeout=r.duration("timeout", d.timeout),
+        shallow=r.get("shallow", bool, d.shallow),
         keep_checkouts=keep,
         auth=auth,
         verify=verify,
@@ -214,25 +236,19 @@ def _source(r: TableReader, base_dir: Path) -> SourceConfig:
 
 
 def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
-    d = AgentSettings()
+    d = AGENT_DEFAULTS
     name = r.get("name", str, d.name)
     if not _DNS_LABEL.match(name):
         raise r.error("name", f"must be a DNS label, got {name!r}")
     namespace = r.get("namespace", str, d.namespace)
     if not _DNS_LABEL.match(namespace):
         raise r.error("namespace", f"not a valid namespace name: {namespace!r}")
-    log_format = r.get("log_format", str, d.log_format)
-    if log_format not in ("console", "json"):
-        raise r.error("log_format", f"must be console or json, got {log_format!r}")
-    log_level = r.get("log_level", str, d.log_level).lower()
-    if log_level not in ("debug", "info", "warning", "error"):
-        raise r.error("log_level", f"must be debug, info, warning or error, got {log_level!r}")
+    log_format = _member(r, "log_format", r.get("log_format", str, d.log_format), LogFormat)
+    log_level = _member(r, "log_level", r.get("log_level", str, d.log_level).lower(), LogLevel)
     listen = r.get("listen", str, d.listen)
     if listen and not re.fullmatch(r"[^\s:]*:\d{1,5}", listen):
         raise r.error("listen", f"must be host:port (or empty to disable), got {listen!r}")
-    leases = r.get("leases", str, d.leases)
-    if leases not in ("auto", "on", "off"):
-        raise r.error("leases", f"must be auto, on or off, got {leases!r}")
+    leases = _member(r, "leases", r.get("leases", str, d.leases), Leases)
     management = r.get("management_kubeconfig", str, d.management_kubeconfig)
     if management:
         management = str((base_dir / os.path.expanduser(management)).resolve())
@@ -438,9 +454,9 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     base_dir = base_dir or Path.cwd()
     top = TableReader(data, "", file)
     agent_table = top.sub("agent")
-    agent = _agent(agent_table, base_dir) if agent_table else AgentSettings()
+    agent = _agent(agent_table, base_dir) if agent_table else AGENT_DEFAULTS
     sources = _sources(top, base_dir)
-    defaults = ClusterSettings()
+    defaults = CLUSTER_DEFAULTS
     if (d := top.sub("defaults")) is not None:
         defaults = _settings(d, defaults)
         d.finish()

@@ -1,19 +1,77 @@
 """The agent's configuration as typed values: the one home of every default and enum.
 
 Everything that reads settings (the loader, option dataclasses of the stages,
-the daemon) takes its defaults from here; ``config.example.toml`` and
-docs/configuration.md are tested against these types.
+the daemon, the CLI's choices) takes its defaults and spellings from here, so
+that two copies of a default cannot drift apart; ``config.example.toml`` and
+docs/configuration.md are tested against these types (tests/test_docs.py), and
+the stages' option dataclasses against these defaults (tests/test_config_defaults.py).
 """
 
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
 
 from agent.errors import ConfigError
 
-ADOPT_MODES = ("never", "if-unowned", "always")
-PROPAGATION_POLICIES = ("background", "foreground", "orphan")
+
+class Adopt(StrEnum):
+    """Whether a pass takes over an existing object that is not ours (``adopt``)."""
+
+    NEVER = "never"
+    #: Only an object with no part-of label, no ownerReferences and no other manager's Apply entry.
+    IF_UNOWNED = "if-unowned"
+    ALWAYS = "always"
+
+
+class PropagationPolicy(StrEnum):
+    """How the server deletes a pruned object's dependents (``propagation_policy``)."""
+
+    BACKGROUND = "background"
+    FOREGROUND = "foreground"
+    ORPHAN = "orphan"
+
+
+class Leases(StrEnum):
+    """Whether replicas shard clusters with Leases (``[agent] leases``)."""
+
+    #: On in a Pod or with a management kubeconfig.
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class LogFormat(StrEnum):
+    CONSOLE = "console"
+    JSON = "json"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+def choices(kind: type[StrEnum]) -> list[str]:
+    """The spellings a setting accepts: for the loader's checks and the CLI's ``click.Choice``."""
+    return [m.value for m in kind]
+
+
+#: The branch followed when ``[source]`` names no branch, tag or commit.
+DEFAULT_BRANCH: Final = "main"
+
+# Tunables no config key sets, kept beside the rest: the stages' option dataclasses use them.
+#: Seconds to wait for a CRD applied in a pass to become Established.
+CRD_WAIT: Final = 60.0
+#: Re-plans of one object after a 409 before it is reported failed.
+CONFLICT_RETRIES: Final = 3
+#: Seconds between the daemon's scheduler ticks, the heartbeat ``/healthz`` watches.
+SCHEDULER_TICK: Final = 1.0
+#: Fraction of a cluster's interval (and of a backoff delay) added at random.
+SCHEDULE_JITTER: Final = 0.1
 
 
 @dataclass(frozen=True)
@@ -24,14 +82,13 @@ class AgentSettings:
     namespace: str = "gitops-agent"
     #: Where Git clones, checkouts and render caches live.
     cache_dir: str = "~/.cache/gitops-agent/work"
-    #: "console" or "json".
-    log_format: str = "console"
-    log_level: str = "info"
+    log_format: LogFormat = LogFormat.CONSOLE
+    log_level: LogLevel = LogLevel.INFO
     #: host:port of the health/metrics/status HTTP server of `run` (empty disables it).
     listen: str = "127.0.0.1:8080"
     #: Kubernetes Leases shard clusters across replicas: "auto" (on in a Pod or with a
     #: management kubeconfig), "on" or "off".
-    leases: str = "auto"
+    leases: Leases = Leases.AUTO
     #: The cluster that holds the Leases ("" in a Pod: the cluster the Pod runs in).
     management_kubeconfig: str = ""
     management_context: str = ""
@@ -93,7 +150,7 @@ class SourceConfig:
             return f"commit {self.commit}"
         if self.tag:
             return f"tag {self.tag}"
-        return f"branch {self.branch or 'main'}"
+        return f"branch {self.branch or DEFAULT_BRANCH}"
 
 
 @dataclass(frozen=True)
@@ -115,9 +172,9 @@ class ClusterSettings:
     max_prune_fraction: float = 0.5
     brake_min_inventory: int = 10
     max_prune: int | None = None
-    adopt: str = "if-unowned"
+    adopt: Adopt = Adopt.IF_UNOWNED
     default_namespace: str = "default"
-    propagation_policy: str = "background"
+    propagation_policy: PropagationPolicy = PropagationPolicy.BACKGROUND
     connect_timeout: float = 5.0
     request_timeout: float = 30.0
     pass_deadline: float = 300.0
@@ -225,6 +282,12 @@ class AppConfig:
     implicit: bool = False
     #: The app's previous name on this cluster, whose objects it takes over without re-creating.
     renamed_from: str = ""
+
+
+#: The defaults as values, for whatever takes a setting's default without a config at hand
+#: (option dataclasses: ``concurrency: int = CLUSTER_DEFAULTS.concurrency``).
+AGENT_DEFAULTS: Final = AgentSettings()
+CLUSTER_DEFAULTS: Final = ClusterSettings()
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = p
         sha1 = commit_directory(repo, SAMPLE / "v1", "Deploy web and cluster-info to every cluster")
         echo(f"• sample repository {repo} at {sha1[:12]}")
         cfg = load_config(write_config(state, repo, kubeconfigs))
-        source = GitSource(cfg.source, Path(cfg.agent.cache_dir) / "git")
+        source = GitSource.from_config(cfg)
         fleet = Fleet(cfg)
         first = fleet.reconcile_all(source.poll())
         echo("\n== first reconcile ==")

@@ -44,7 +44,7 @@ from typing import Any
 
 import jsonpatch
 
-from agent.config.types import ConflictRule
+from agent.config.types import CLUSTER_DEFAULTS, Adopt, ConflictRule, choices
 from agent.model import (
     Action,
     Change,
@@ -77,7 +77,6 @@ FORCE_FIELDS = "gitops-agent.io/force-fields"
 IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
 RECONCILE = "gitops-agent.io/reconcile"
 PART_OF = "applyset.kubernetes.io/part-of"
-ADOPT_MODES = ("never", "if-unowned", "always")
 #: Never part of an apply body: server-set identity and bookkeeping.
 _SERVER_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
 
@@ -92,8 +91,8 @@ class PlanOptions:
     rules: Sequence[ConflictRule]
     #: The cluster's OpenAPI v3 index; ``None``: conservative fallbacks (``schema.FallbackNode``).
     schema: SchemaIndex | None = None
-    #: never | if-unowned | always: whether to take over existing objects that are not ours.
-    adopt: str = "if-unowned"
+    #: Whether to take over existing objects that are not ours.
+    adopt: Adopt = CLUSTER_DEFAULTS.adopt
     #: (label, value) marking our objects, e.g. ("applyset.kubernetes.io/part-of", id).
     membership_label: tuple[str, str] | None = None
     #: False = the reconcile pass: no report operations and no path sets where the verdict does
@@ -176,8 +175,8 @@ def _clean(manifest: Manifest, ignored: Sequence[FieldPath], node: Node) -> Mani
 
 def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Change:
     """The verdict for one object; see the module docstring for the rules."""
-    if options.adopt not in ADOPT_MODES:
-        raise ValueError(f"adopt must be one of {', '.join(ADOPT_MODES)}, got {options.adopt!r}")
+    if options.adopt not in choices(Adopt):
+        raise ValueError(f"adopt must be one of {', '.join(choices(Adopt))}, got {options.adopt!r}")
     manifest = desired.manifest
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(manifest.get("kind", "")))
@@ -279,9 +278,9 @@ def _adoption(
     label_key, label_value = options.membership_label or (PART_OF, None)
     if ours is not None or (label_value is not None and labels.get(label_key) == label_value):
         return "", False
-    if options.adopt == "always":
+    if options.adopt == Adopt.ALWAYS:
         return "", True
-    if options.adopt == "never":
+    if options.adopt == Adopt.NEVER:
         return "exists and is not ours (adopt = never)", False
     if label_key in labels:
         return f"belongs to another set ({label_key}={labels[label_key]}); adopt = if-unowned refuses", False

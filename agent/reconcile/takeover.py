@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.apply.inventory import PART_OF, widen
-from agent.config.types import ConflictRule
+from agent.config.types import Adopt, ConflictRule
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
 from agent.model import (
@@ -133,7 +133,7 @@ def _options_for(base: PlanOptions, leftovers: Sequence[str]) -> PlanOptions:
     """Force only over the leftovers, yield to everyone else; take the object whatever adopt says."""
     rules = [ConflictRule(manager=m, action="force") for m in sorted(set(leftovers))]
     rules.append(ConflictRule(manager="*", action="yield"))
-    return replace(base, rules=tuple(rules), adopt="always")
+    return replace(base, rules=tuple(rules), adopt=Adopt.ALWAYS)
 
 
 def plan_takeover(

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from agent.config.types import ClusterConfig, Config
+from agent.config.types import AGENT_DEFAULTS, ClusterConfig, Config
 from agent.errors import AgentError
 from agent.kube.client import KubeClient
 from agent.model import ClusterResult, Outcome, Revision
@@ -40,8 +40,8 @@ from agent.run.server import Metrics
 
 log = structlog.get_logger("gitops_agent.fleet")
 
-BACKOFF_BASE = 10.0
-BACKOFF_CAP = 600.0
+BACKOFF_BASE = AGENT_DEFAULTS.backoff_base
+BACKOFF_CAP = AGENT_DEFAULTS.backoff_cap
 SUSPENDED_PREFIX = "cluster suspended"
 
 

@@ -13,7 +13,7 @@ import secrets
 import socket
 from dataclasses import dataclass
 
-from agent.config.types import Config
+from agent.config.types import AGENT_DEFAULTS, Config, Leases
 from agent.errors import ConfigError
 from agent.kube.client import KubeClient
 
@@ -26,17 +26,17 @@ class LeaseSettings:
 
     enabled: bool = False
     #: Namespace of the Leases in the management cluster.
-    namespace: str = "gitops-agent"
+    namespace: str = AGENT_DEFAULTS.namespace
     #: This replica's holder identity (unique per process).
-    identity: str = ""
+    identity: str = AGENT_DEFAULTS.replica_id
     #: Seconds after its last renewal a Lease may be taken over (whole seconds: the API's unit).
-    duration: int = 15
+    duration: int = math.ceil(AGENT_DEFAULTS.lease_duration)
     #: Seconds after the start of its last successful renewal a holder stops writing.
-    renew_deadline: float = 10.0
+    renew_deadline: float = AGENT_DEFAULTS.renew_deadline
     #: Seconds between rounds (acquire, renew, observe).
-    retry_period: float = 2.0
-    kubeconfig: str = ""
-    context: str = ""
+    retry_period: float = AGENT_DEFAULTS.retry_period
+    kubeconfig: str = AGENT_DEFAULTS.management_kubeconfig
+    context: str = AGENT_DEFAULTS.management_context
     in_cluster: bool = False
 
     def validate(self) -> None:
@@ -69,7 +69,7 @@ def lease_settings(config: Config) -> LeaseSettings:
     mode = a.leases
     kubeconfig = a.management_kubeconfig
     in_cluster = not kubeconfig and running_in_cluster()
-    enabled = mode == "on" or (mode == "auto" and (bool(kubeconfig) or in_cluster))
+    enabled = mode == Leases.ON or (mode == Leases.AUTO and (bool(kubeconfig) or in_cluster))
     if enabled and not kubeconfig and not in_cluster:
         raise ConfigError("agent.leases", "on, but no management_kubeconfig and not running in a Pod")
     namespace = a.lease_namespace

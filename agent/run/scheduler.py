@@ -28,13 +28,13 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from agent.config.load import check_access, load_config
-from agent.config.types import ClusterConfig, Config
+from agent.config.types import AGENT_DEFAULTS, SCHEDULE_JITTER, SCHEDULER_TICK, ClusterConfig, Config
 from agent.errors import ConfigError, SourceError
 from agent.model import Revision
 from agent.run.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
-from agent.run.server import STUCK_AFTER, HealthServer
+from agent.run.server import HealthServer
 
 __all__ = [
     "BACKOFF_BASE",
@@ -58,16 +58,16 @@ class DaemonOptions:
     """Timing of the daemon; ``from_config`` reads the ``[agent]`` keys when they exist."""
 
     #: Seconds between scheduler ticks; ``/healthz`` fails after ``stuck_after`` without one.
-    tick: float = 1.0
-    stuck_after: float = STUCK_AFTER
+    tick: float = SCHEDULER_TICK
+    stuck_after: float = AGENT_DEFAULTS.stuck_after
     #: Seconds SIGTERM waits for running passes before abandoning them.
-    grace: float = 30.0
-    backoff_base: float = BACKOFF_BASE
-    backoff_cap: float = BACKOFF_CAP
+    grace: float = AGENT_DEFAULTS.shutdown_grace
+    backoff_base: float = AGENT_DEFAULTS.backoff_base
+    backoff_cap: float = AGENT_DEFAULTS.backoff_cap
     #: Fraction of the interval (and of a backoff delay) added at random.
-    jitter: float = 0.1
+    jitter: float = SCHEDULE_JITTER
     #: Seconds between checks of the config file for changes (0: never reload).
-    reload_interval: float = 5.0
+    reload_interval: float = AGENT_DEFAULTS.reload_interval
     #: None: decided from the config (``lease_settings.lease_settings``).
     leases: LeaseSettings | None = None
 

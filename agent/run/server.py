@@ -30,9 +30,10 @@ from prometheus_client import (
     generate_latest,
 )
 
+from agent.config.types import AGENT_DEFAULTS
 from agent.model import ClusterResult, Outcome
 
-STUCK_AFTER = 120.0  # seconds without a scheduler tick before /healthz fails
+STUCK_AFTER = AGENT_DEFAULTS.stuck_after  # seconds without a scheduler tick before /healthz fails
 
 #: ``classify(error)`` → the ``reason`` label of ``gitops_agent_reconcile_errors_total``.
 #: First match wins: a TCP connect that timed out is "no answer at all", not a slow answer.

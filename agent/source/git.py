@@ -1,7 +1,8 @@
 """The source stage: follow a branch, tag or commit and hand out checked-out revisions.
 
 Called by the scheduler (``GitSource.poll`` every ``poll_interval``) and by the
-CLI (``GitSource.resolve`` for ``render --revision`` / ``diff --revision``).
+CLI (``GitSource.resolve`` for ``render --revision`` / ``diff --revision``), each
+building it with ``GitSource.from_config``.
 
 A poll costs one ``ls-remote`` when nothing changed: the advertised ref is
 compared with the cache repository's tracking ref, and only a moved ref is
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 import pygit2
 import structlog
 
-from agent.config.types import SourceConfig
+from agent.config.types import Config, SourceConfig
 from agent.errors import SourceError
 from agent.model import Revision
 from agent.source import remote as gitremote
@@ -45,7 +46,7 @@ from agent.source.checkout import ObjectUnreadable, checkout_lock, collect, mate
 from agent.source.remote import CacheCorrupt
 from agent.source.signature import SignatureVerifier
 
-__all__ = ["GitSource", "Logger", "mask_url"]
+__all__ = ["GitSource", "Logger", "cache_dir_for", "mask_url"]
 
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _UNSHALLOW = 2**31 - 1  # libgit2's GIT_FETCH_DEPTH_UNSHALLOW
@@ -78,6 +79,11 @@ class _Target:
         return f"+{self.remote_ref}:{self.local_ref}"
 
 
+def cache_dir_for(config: Config) -> Path:
+    """Where the Git cache of ``config`` lives: ``git/`` under ``[agent] cache_dir``."""
+    return Path(config.agent.cache_dir).expanduser() / "git"
+
+
 class GitSource:
     """Delivers checked-out revisions of one repository; see the module docstring."""
 
@@ -95,6 +101,11 @@ class GitSource:
         self._verifier = SignatureVerifier(config.verify, timeout=config.timeout)
         self._verified: set[str] = set()
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: Config, *, log: Logger | None = None) -> GitSource:
+        """``[source]``, cached under ``[agent] cache_dir``: one way to build it, for every caller."""
+        return cls(config.source, cache_dir_for(config), log=log)
 
     @property
     def last_good(self) -> Revision | None:

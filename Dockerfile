@@ -30,7 +30,9 @@ WORKDIR /src
 RUN python -m venv /opt/gitops-agent
 COPY pyproject.toml README.md ./
 COPY agent ./agent
+# agent/dev (local control planes, the demo) is development tooling: not in the image.
 RUN /opt/gitops-agent/bin/pip install --no-cache-dir --only-binary=:all: --no-binary=gitops-agent . \
+ && rm -rf /opt/gitops-agent/lib/python3*/site-packages/agent/dev \
  && /opt/gitops-agent/bin/gitops-agent --version
 
 # --- final image

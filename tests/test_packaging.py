@@ -279,3 +279,24 @@ def test_image_holds_every_binary_the_agent_runs() -> None:
     copied = [a for a in final.all("COPY") if a.startswith("--from=tools")]
     assert copied == ["--from=tools /out/kustomize /out/helm /usr/local/bin/"]
     assert set(PATH_FALLBACK) == {"kustomize", "helm"}
+
+
+@pytest.mark.parametrize("command", [["demo"], ["local-cluster", "start", "--name", "x"]])
+def test_the_image_leaves_the_dev_tools_out_and_their_commands_say_so(
+    command: list[str], tmp_path: Path
+) -> None:
+    """The venv stage deletes agent/dev; in such an install the commands that need it exit 2 and say why."""
+    assert "rm -rf /opt/gitops-agent/lib/python3*/site-packages/agent/dev" in DOCKERFILE.read_text()
+    # An install without agent/dev, as the image has it: the package cannot be imported.
+    script = "import sys; sys.modules['agent.dev'] = None; from agent.cli.main import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *command, "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "development tools and are not part of this installation" in proc.stderr
+    assert proc.stdout == ""
+    assert not any(tmp_path.iterdir())  # nothing was started or written

@@ -9,8 +9,10 @@ group sets up logging on stderr for every command (``cli_common``).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import click
 
@@ -189,13 +191,27 @@ _state_dir = click.option(
 )
 
 
+def _dev(module: str) -> ModuleType:
+    """A development tool (local control planes, the demo), which the container image leaves out."""
+    try:
+        return importlib.import_module(f"agent.dev.{module}")
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("agent.dev"):
+            raise
+        click.echo(
+            "local-cluster and demo are development tools and are not part of this installation "
+            "(the container image leaves agent/dev out): run them from a checkout (scripts/bootstrap)",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
+
+
 @local_cluster.command("start")
 @click.option("--name", required=True)
 @_state_dir
 def lc_start(name: str, state_dir: str) -> None:
     """Start NAME (a restart if it ran before); prints the admin kubeconfig path last."""
-    from agent.dev import localcluster
-
+    localcluster = _dev("localcluster")
     try:
         lc = localcluster.start(name, Path(state_dir).expanduser())
     except LocalClusterError as e:
@@ -209,8 +225,7 @@ def lc_start(name: str, state_dir: str) -> None:
 @_state_dir
 def lc_stop(name: str, state_dir: str) -> None:
     """Stop NAME (thawing it first if frozen); deletes nothing."""
-    from agent.dev import localcluster
-
+    localcluster = _dev("localcluster")
     try:
         localcluster.stop(name, Path(state_dir).expanduser())
     except LocalClusterError as e:
@@ -226,8 +241,7 @@ def lc_stop(name: str, state_dir: str) -> None:
 )
 def lc_token(name: str, state_dir: str, service_account: str) -> None:
     """Print the path of a kubeconfig that authenticates with a (revocable) ServiceAccount token."""
-    from agent.dev import localcluster
-
+    localcluster = _dev("localcluster")
     if service_account.count("/") != 1:
         raise click.BadParameter("expected NAMESPACE/NAME", param_hint="--service-account")
     try:
@@ -246,8 +260,7 @@ def lc_token(name: str, state_dir: str, service_account: str) -> None:
 @click.option("--keep", is_flag=True, help="Leave the two clusters running afterwards.")
 def demo(state_dir: str, keep: bool) -> None:
     """Two local clusters, a sample repo, a reconcile, a new commit, another reconcile."""
-    from agent.dev import demo as demo_mod
-
+    demo_mod = _dev("demo")
     configure_logging(quiet=True)
     try:
         ok = demo_mod.run_demo(Path(state_dir).expanduser(), keep=keep, echo=click.echo)

@@ -8,13 +8,12 @@
     ├── RenderError                 every problem of one cluster's render, each with file/line
     ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
     │   └── ApiError                one API request answered with an error status (and its Status details)
-    ├── ApplyError                  one object could not be applied (normally a result, not raised)
-    ├── PruneRefused                deletion refused on purpose (unknown state, brake, empty render)
     ├── ClusterRefused              the whole cluster left alone: another entry shares its inventory
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
-Per-object failures are *results* (see ``model.ApplyResult``); exceptions are
-for failures that end a stage for a whole cluster.
+Per-object failures and prune refusals are *results* (see ``model.ApplyResult``,
+``prune.PruneDecision``); exceptions are for failures that end a stage for a
+whole cluster.
 """
 
 from __future__ import annotations
@@ -145,31 +144,8 @@ class ApiError(ClusterError):
         self.api_message = message
 
     @property
-    def unauthorized(self) -> bool:
-        return self.status in (401, 403)
-
-    @property
     def causes(self) -> tuple[StatusCause, ...]:
         return self.details.causes if self.details else ()
-
-
-class ApplyError(AgentError):
-    """One object could not be applied."""
-
-    def __init__(self, obj: str, status: int, message: str) -> None:
-        self.obj = obj
-        self.status = status
-        self.message = message
-        super().__init__(f"{obj}: HTTP {status}: {message}")
-
-
-class PruneRefused(AgentError):
-    """Pruning was refused on purpose; ``reason`` says why in users' words."""
-
-    def __init__(self, reason: str, *, digest: str | None = None) -> None:
-        self.reason = reason
-        self.digest = digest
-        super().__init__(reason)
 
 
 class ClusterRefused(AgentError):

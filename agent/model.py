@@ -198,9 +198,6 @@ class Plan:
         counts = Counter(c.action.value for c in self.changes)
         return {a.value: counts.get(a.value, 0) for a in Action}
 
-    def by_action(self, action: Action) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.action is action)
-
     @property
     def has_changes(self) -> bool:
         return any(c.action not in (Action.NOOP, Action.SKIP) for c in self.changes)

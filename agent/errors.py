@@ -7,17 +7,22 @@
     ├── SourceError                 Git: unreachable, auth, missing ref, bad signature (URL masked)
     ├── RenderError                 every problem of one cluster's render, each with file/line
     ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
-    │   └── ApiError                one API request answered with an error status (and its Status details)
+    │   └── ApiError                one API request answered with an error status (and its Status details),
+    │                               or not answered at all (status 0, ``transport`` says why)
     ├── ClusterRefused              the whole cluster left alone: another entry shares its inventory
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
 Per-object failures and prune refusals are *results* (see ``model.ApplyResult``,
 ``prune.PruneDecision``); exceptions are for failures that end a stage for a
-whole cluster.
+whole cluster. What an ``ApiError`` *is* comes from the HTTP status, the
+server's ``Status`` (reason, details, causes) and, with no answer, the network
+error's type: never from message text.
 """
 
 from __future__ import annotations
 
+import enum
+import re
 from dataclasses import dataclass
 
 from agent.model import Refusal
@@ -92,6 +97,27 @@ class ClusterError(AgentError):
         super().__init__(f"cluster {cluster!r}: {message}")
 
 
+#: Cause types of a 422 that reject a field's value (``field.ErrorTypeInvalid``/``Forbidden``).
+_VALUE_CAUSES = frozenset({"FieldValueInvalid", "FieldValueForbidden"})
+#: The validators' sentence for a field that cannot change, at the start of a cause's detail.
+_IMMUTABLE = re.compile(r"\S+ is immutable\b")
+
+
+class Transport(enum.StrEnum):
+    """Why a request got no HTTP answer (``ApiError.status`` 0), from the exception's type."""
+
+    CONNECTION_REFUSED = "connection-refused"
+    CONNECT_TIMEOUT = "connect-timeout"
+    NO_SUCH_HOST = "no-such-host"
+    #: Connected, but no answer within the request timeout.
+    READ_TIMEOUT = "read-timeout"
+    TLS = "tls"
+    #: The connection broke (reset, closed mid-answer) or failed in another way.
+    BROKEN = "broken"
+    #: An answer came but could not be read (a LIST body that is not JSON).
+    MALFORMED = "malformed"
+
+
 @dataclass(frozen=True)
 class StatusCause:
     """One ``Status.details.causes[]`` item: ``type`` (JSON key ``reason``, e.g.
@@ -100,6 +126,28 @@ class StatusCause:
     type: str
     field: str = ""
     message: str = ""
+
+    @property
+    def detail(self) -> str:
+        """What the validator said, without apimachinery's ``<type>: [<bad value>: ]`` prefix.
+
+        ``FieldValueForbidden`` reads ``Forbidden: <detail>``; ``FieldValueInvalid`` reads
+        ``Invalid value: <value>: <detail>``, where the value may itself hold ``: `` and the
+        detail (a validator's constant such as ``field is immutable``) ends the message.
+        """
+        if self.type == "FieldValueForbidden":
+            return self.message.removeprefix("Forbidden: ")
+        if self.type == "FieldValueInvalid":
+            return self.message.rpartition(": ")[2]
+        return self.message
+
+    @property
+    def immutable(self) -> bool:
+        """The server refuses to change this field: an Invalid or Forbidden value whose detail is
+        one of the validators' "``<field> is immutable``" sentences (``field is immutable``,
+        ``… when `immutable` is set``, ``spec is immutable after creation …``, CEL's
+        ``Value is immutable``)."""
+        return self.type in _VALUE_CAUSES and _IMMUTABLE.match(self.detail) is not None
 
 
 @dataclass(frozen=True)
@@ -116,8 +164,10 @@ class StatusDetails:
 class ApiError(ClusterError):
     """An API request returned an error status (``status`` 0 means no HTTP answer).
 
-    ``details`` is the server's ``Status.details`` when it sent one: callers classify from it
-    (and ``status``/``reason``), never from the free-text message.
+    ``details`` is the server's ``Status.details`` when it answered with a ``Status`` (a proxy's
+    error page is not one), ``transport`` why there was no answer: callers classify from these,
+    ``status`` and ``reason`` (``is_immutable``, ``is_cluster_level``, ...), never from the
+    free-text message.
     """
 
     def __init__(
@@ -131,10 +181,12 @@ class ApiError(ClusterError):
         target: str = "",
         retry_after: float | None = None,
         details: StatusDetails | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
         self.details = details
+        self.transport = transport
         self.verb = verb
         self.target = target
         self.retry_after = retry_after
@@ -146,6 +198,36 @@ class ApiError(ClusterError):
     @property
     def causes(self) -> tuple[StatusCause, ...]:
         return self.details.causes if self.details else ()
+
+    @property
+    def is_conflict(self) -> bool:
+        """409: the object changed since it was read, or a field manager the server knows conflicts."""
+        return self.status == 409
+
+    @property
+    def is_denied(self) -> bool:
+        """A 403 from the API server itself, about this request: a ``Status`` with reason
+        ``Forbidden`` and ``details`` (naming the resource for RBAC, a quota or a terminating
+        namespace; empty for a non-resource path). A proxy's or gateway's 403 is no ``Status``."""
+        return self.status == 403 and self.reason == "Forbidden" and self.details is not None
+
+    @property
+    def is_cluster_level(self) -> bool:
+        """Says nothing about the object and everything about the cluster: no answer, the
+        credentials refused, or a 403 that is not the server denying this one request."""
+        return self.status in (0, 401) or (self.status == 403 and not self.is_denied)
+
+    @property
+    def immutable_fields(self) -> tuple[str, ...]:
+        """The fields a 422 (reason ``Invalid``) names as unchangeable, from its causes."""
+        if self.status != 422 or self.reason != "Invalid":
+            return ()
+        return tuple(c.field for c in self.causes if c.immutable)
+
+    @property
+    def is_immutable(self) -> bool:
+        """The change hits a field the server will not change (delete and re-create would)."""
+        return bool(self.immutable_fields)
 
 
 class ClusterRefused(AgentError):

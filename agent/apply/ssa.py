@@ -62,11 +62,6 @@ def phase_of(key: ObjectKey) -> int:
     return 2 if not key.namespace else 3
 
 
-def cluster_level(e: ApiError) -> bool:
-    """Failures that say nothing about the object and everything about the cluster."""
-    return e.status in (0, 401) or (e.status == 403 and "cannot" not in e.api_message)
-
-
 def apply_changes(
     client: KubeClient, changes: Sequence[Change], options: ApplyOptions, replan: Replanner, body_for: BodyFor
 ) -> list[ApplyResult]:
@@ -125,12 +120,12 @@ def _apply_one(
         try:
             return _send(client, change, body_for(change), options)
         except ApiError as e:
-            if cluster_level(e):
+            if e.is_cluster_level:
                 raise
-            if e.status == 409 and attempt < options.conflict_retries:
+            if e.is_conflict and attempt < options.conflict_retries:
                 change = _fresh(client, change, replan, e.causes)
                 continue
-            if e.status == 422 and "immutable" in e.api_message:
+            if e.is_immutable:
                 return _immutable(client, change, body_for(change), options, e)
             return ApplyResult(change.key, Outcome.FAILED, status=e.status, message=e.api_message or str(e))
     return ApplyResult(

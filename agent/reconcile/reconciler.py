@@ -200,7 +200,7 @@ class ClusterReconciler:
                 self.schema.add_document(self.client.openapi_v3(group, version))
                 self._schema_generation += 1
             except ApiError as e:
-                if apply_stage.cluster_level(e):
+                if e.is_cluster_level:
                     raise
                 # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply
                 # now, and the next pass asks again (marking it loaded would plan its list-maps

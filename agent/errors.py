@@ -12,11 +12,11 @@
     ├── ClusterRefused              the whole cluster left alone: another entry shares its inventory
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
-Per-object failures and prune refusals are *results* (see ``model.ApplyResult``,
-``prune.PruneDecision``); exceptions are for failures that end a stage for a
-whole cluster. What an ``ApiError`` *is* comes from the HTTP status, the
-server's ``Status`` (reason, details, causes) and, with no answer, the network
-error's type: never from message text.
+Per-object failures and prune refusals are *results* (``model.ApplyResult``,
+``model.PruneRefusal``); exceptions are for failures that end a stage for a
+whole cluster, and ``failure()`` turns one into the pass's typed
+``model.Failure``. What an error *is* comes from its type, the HTTP status and
+the server's ``Status`` (reason, details, causes), never from message text.
 """
 
 from __future__ import annotations
@@ -25,13 +25,19 @@ import enum
 import re
 from dataclasses import dataclass
 
-from agent.model import Refusal
+from agent.model import Failure, FailureReason, Refusal
 
 
 class AgentError(Exception):
     """Base of every error the agent raises on purpose."""
 
     retryable: bool = False
+    #: Why a pass that ends with this error failed (the metric label).
+    failure_reason: FailureReason = FailureReason.API
+
+    def failure(self) -> Failure:
+        """This error as the typed failure of a pass."""
+        return Failure(self.failure_reason, str(self))
 
 
 class ConfigError(AgentError):
@@ -75,6 +81,8 @@ class RenderProblem:
 class RenderError(AgentError):
     """A cluster's render failed; carries every problem found, not just the first."""
 
+    failure_reason = FailureReason.RENDER
+
     def __init__(
         self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = ""
     ) -> None:
@@ -90,10 +98,18 @@ class ClusterError(AgentError):
 
     retryable = True
 
-    def __init__(self, cluster: str, message: str, *, retryable: bool = True) -> None:
+    def __init__(
+        self,
+        cluster: str,
+        message: str,
+        *,
+        retryable: bool = True,
+        failure_reason: FailureReason = FailureReason.API,
+    ) -> None:
         self.cluster = cluster
         self.message = message
         self.retryable = retryable
+        self.failure_reason = failure_reason
         super().__init__(f"cluster {cluster!r}: {message}")
 
 
@@ -116,6 +132,13 @@ class Transport(enum.StrEnum):
     BROKEN = "broken"
     #: An answer came but could not be read (a LIST body that is not JSON).
     MALFORMED = "malformed"
+
+
+_TRANSPORT_REASONS = {
+    Transport.READ_TIMEOUT: FailureReason.TIMEOUT,
+    Transport.TLS: FailureReason.TLS,
+    Transport.MALFORMED: FailureReason.API,
+}
 
 
 @dataclass(frozen=True)
@@ -192,7 +215,12 @@ class ApiError(ClusterError):
         self.retry_after = retry_after
         retryable = status == 0 or status == 429 or status >= 500 or status == 409
         what = f"{verb} {target}: " if verb or target else ""
-        super().__init__(cluster, f"{what}HTTP {status} {reason}: {message}".strip(), retryable=retryable)
+        super().__init__(
+            cluster,
+            f"{what}HTTP {status} {reason}: {message}".strip(),
+            retryable=retryable,
+            failure_reason=_failure_reason(status, transport),
+        )
         self.api_message = message
 
     @property
@@ -230,16 +258,34 @@ class ApiError(ClusterError):
         return bool(self.immutable_fields)
 
 
+def _failure_reason(status: int, transport: Transport | None) -> FailureReason:
+    """What an API error means for the pass it ends: from the status, or the transport for status 0."""
+    if status == 0:
+        if transport is None:
+            return FailureReason.UNREACHABLE
+        return _TRANSPORT_REASONS.get(transport, FailureReason.UNREACHABLE)
+    if status == 401:
+        return FailureReason.UNAUTHORIZED
+    if status == 403:
+        return FailureReason.FORBIDDEN
+    return FailureReason.API
+
+
 class ClusterRefused(AgentError):
     """A pass must not touch its cluster at all (``reason``); the message says how to fix it.
 
     Not retryable: it lasts until the configuration (or the other install) changes.
     """
 
+    failure_reason = FailureReason.REFUSED
+
     def __init__(self, cluster: str, reason: Refusal, message: str) -> None:
         self.cluster = cluster
         self.reason = reason
         super().__init__(message)
+
+    def failure(self) -> Failure:
+        return Failure.refused(self.reason, str(self))
 
 
 class LocalClusterError(AgentError):

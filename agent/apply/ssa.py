@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from agent.errors import ApiError, StatusCause
 from agent.kube.client import KubeClient
-from agent.model import Action, ApplyResult, Change, Manifest, ObjectKey, Outcome
+from agent.model import Action, ApplyResult, Change, Manifest, Note, ObjectKey, Outcome
 
 RECREATE_ANNOTATION = "gitops-agent.io/recreate"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"
@@ -114,7 +114,9 @@ def _apply_one(
             return ApplyResult(change.key, Outcome.UNCHANGED, uid=change.uid)
         if change.action is Action.CONFLICT:
             # Every differing field is yielded to its owner: nothing to send.
-            return ApplyResult(change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid)
+            return ApplyResult(
+                change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid, note=Note.YIELDED
+            )
         if change.action is Action.SKIP or change.body is None:
             return ApplyResult(change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid)
         try:
@@ -129,7 +131,11 @@ def _apply_one(
                 return _immutable(client, change, body_for(change), options, e)
             return ApplyResult(change.key, Outcome.FAILED, status=e.status, message=e.api_message or str(e))
     return ApplyResult(
-        change.key, Outcome.FAILED, status=409, message="conflicting writes: gave up after re-planning"
+        change.key,
+        Outcome.FAILED,
+        status=409,
+        message="conflicting writes: gave up after re-planning",
+        note=Note.CONFLICTS_UNRESOLVED,
     )
 
 
@@ -163,6 +169,7 @@ def _immutable(
             status=422,
             message=f"immutable field changed: {error.api_message} "
             f"(annotate {RECREATE_ANNOTATION}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)",
+            note=Note.IMMUTABLE,
         )
     if options.dry_run:
         return ApplyResult(

@@ -33,7 +33,7 @@ from kubernetes import config as k8s_config
 from agent.config.types import ClusterConfig
 from agent.errors import ApiError, ClusterError, StatusCause, StatusDetails, Transport
 from agent.kube.listjson import each_item
-from agent.model import Manifest, split_api_version
+from agent.model import FailureReason, Manifest, split_api_version
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 _MAX_429_RETRIES = 3
@@ -171,7 +171,12 @@ class KubeClient:
                         persist_config=False,
                     )
             except Exception as e:  # the loader raises many types; all mean "cannot build credentials"
-                raise ClusterError(name, f"cannot load credentials: {e}", retryable=False) from e
+                raise ClusterError(
+                    name,
+                    f"cannot load credentials: {e}",
+                    retryable=False,
+                    failure_reason=FailureReason.CREDENTIALS,
+                ) from e
             cfg.connection_pool_maxsize = pool_size
             cfg.retries = False  # retries are ours: bounded, per cluster, honouring Retry-After
             return k8s_client.ApiClient(cfg)

@@ -7,27 +7,37 @@
     ├── SourceError                 Git: unreachable, auth, missing ref, bad signature (URL masked)
     ├── RenderError                 every problem of one cluster's render, each with file/line
     ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
-    │   └── ApiError                one API request answered with an error status (and its Status details)
-    ├── ApplyError                  one object could not be applied (normally a result, not raised)
-    ├── PruneRefused                deletion refused on purpose (unknown state, brake, empty render)
+    │   └── ApiError                one API request answered with an error status (and its Status details),
+    │                               or not answered at all (status 0, ``transport`` says why)
     ├── ClusterRefused              the whole cluster left alone: another entry shares its inventory
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
-Per-object failures are *results* (see ``model.ApplyResult``); exceptions are
-for failures that end a stage for a whole cluster.
+Per-object failures and prune refusals are *results* (``model.ApplyResult``,
+``model.PruneRefusal``); exceptions are for failures that end a stage for a
+whole cluster, and ``failure()`` turns one into the pass's typed
+``model.Failure``. What an error *is* comes from its type, the HTTP status and
+the server's ``Status`` (reason, details, causes), never from message text.
 """
 
 from __future__ import annotations
 
+import enum
+import re
 from dataclasses import dataclass
 
-from agent.model import Refusal
+from agent.model import Failure, FailureReason, Refusal
 
 
 class AgentError(Exception):
     """Base of every error the agent raises on purpose."""
 
     retryable: bool = False
+    #: Why a pass that ends with this error failed (the metric label).
+    failure_reason: FailureReason = FailureReason.API
+
+    def failure(self) -> Failure:
+        """This error as the typed failure of a pass."""
+        return Failure(self.failure_reason, str(self))
 
 
 class ConfigError(AgentError):
@@ -71,6 +81,8 @@ class RenderProblem:
 class RenderError(AgentError):
     """A cluster's render failed; carries every problem found, not just the first."""
 
+    failure_reason = FailureReason.RENDER
+
     def __init__(
         self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = ""
     ) -> None:
@@ -86,11 +98,47 @@ class ClusterError(AgentError):
 
     retryable = True
 
-    def __init__(self, cluster: str, message: str, *, retryable: bool = True) -> None:
+    def __init__(
+        self,
+        cluster: str,
+        message: str,
+        *,
+        retryable: bool = True,
+        failure_reason: FailureReason = FailureReason.API,
+    ) -> None:
         self.cluster = cluster
         self.message = message
         self.retryable = retryable
+        self.failure_reason = failure_reason
         super().__init__(f"cluster {cluster!r}: {message}")
+
+
+#: Cause types of a 422 that reject a field's value (``field.ErrorTypeInvalid``/``Forbidden``).
+_VALUE_CAUSES = frozenset({"FieldValueInvalid", "FieldValueForbidden"})
+#: The validators' sentence for a field that cannot change, at the start of a cause's detail.
+_IMMUTABLE = re.compile(r"\S+ is immutable\b")
+
+
+class Transport(enum.StrEnum):
+    """Why a request got no HTTP answer (``ApiError.status`` 0), from the exception's type."""
+
+    CONNECTION_REFUSED = "connection-refused"
+    CONNECT_TIMEOUT = "connect-timeout"
+    NO_SUCH_HOST = "no-such-host"
+    #: Connected, but no answer within the request timeout.
+    READ_TIMEOUT = "read-timeout"
+    TLS = "tls"
+    #: The connection broke (reset, closed mid-answer) or failed in another way.
+    BROKEN = "broken"
+    #: An answer came but could not be read (a LIST body that is not JSON).
+    MALFORMED = "malformed"
+
+
+_TRANSPORT_REASONS = {
+    Transport.READ_TIMEOUT: FailureReason.TIMEOUT,
+    Transport.TLS: FailureReason.TLS,
+    Transport.MALFORMED: FailureReason.API,
+}
 
 
 @dataclass(frozen=True)
@@ -101,6 +149,28 @@ class StatusCause:
     type: str
     field: str = ""
     message: str = ""
+
+    @property
+    def detail(self) -> str:
+        """What the validator said, without apimachinery's ``<type>: [<bad value>: ]`` prefix.
+
+        ``FieldValueForbidden`` reads ``Forbidden: <detail>``; ``FieldValueInvalid`` reads
+        ``Invalid value: <value>: <detail>``, where the value may itself hold ``: `` and the
+        detail (a validator's constant such as ``field is immutable``) ends the message.
+        """
+        if self.type == "FieldValueForbidden":
+            return self.message.removeprefix("Forbidden: ")
+        if self.type == "FieldValueInvalid":
+            return self.message.rpartition(": ")[2]
+        return self.message
+
+    @property
+    def immutable(self) -> bool:
+        """The server refuses to change this field: an Invalid or Forbidden value whose detail is
+        one of the validators' "``<field> is immutable``" sentences (``field is immutable``,
+        ``… when `immutable` is set``, ``spec is immutable after creation …``, CEL's
+        ``Value is immutable``)."""
+        return self.type in _VALUE_CAUSES and _IMMUTABLE.match(self.detail) is not None
 
 
 @dataclass(frozen=True)
@@ -117,8 +187,10 @@ class StatusDetails:
 class ApiError(ClusterError):
     """An API request returned an error status (``status`` 0 means no HTTP answer).
 
-    ``details`` is the server's ``Status.details`` when it sent one: callers classify from it
-    (and ``status``/``reason``), never from the free-text message.
+    ``details`` is the server's ``Status.details`` when it answered with a ``Status`` (a proxy's
+    error page is not one), ``transport`` why there was no answer: callers classify from these,
+    ``status`` and ``reason`` (``is_immutable``, ``is_cluster_level``, ...), never from the
+    free-text message.
     """
 
     def __init__(
@@ -132,44 +204,71 @@ class ApiError(ClusterError):
         target: str = "",
         retry_after: float | None = None,
         details: StatusDetails | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
         self.details = details
+        self.transport = transport
         self.verb = verb
         self.target = target
         self.retry_after = retry_after
         retryable = status == 0 or status == 429 or status >= 500 or status == 409
         what = f"{verb} {target}: " if verb or target else ""
-        super().__init__(cluster, f"{what}HTTP {status} {reason}: {message}".strip(), retryable=retryable)
+        super().__init__(
+            cluster,
+            f"{what}HTTP {status} {reason}: {message}".strip(),
+            retryable=retryable,
+            failure_reason=_failure_reason(status, transport),
+        )
         self.api_message = message
-
-    @property
-    def unauthorized(self) -> bool:
-        return self.status in (401, 403)
 
     @property
     def causes(self) -> tuple[StatusCause, ...]:
         return self.details.causes if self.details else ()
 
+    @property
+    def is_conflict(self) -> bool:
+        """409: the object changed since it was read, or a field manager the server knows conflicts."""
+        return self.status == 409
 
-class ApplyError(AgentError):
-    """One object could not be applied."""
+    @property
+    def is_denied(self) -> bool:
+        """A 403 from the API server itself, about this request: a ``Status`` with reason
+        ``Forbidden`` and ``details`` (naming the resource for RBAC, a quota or a terminating
+        namespace; empty for a non-resource path). A proxy's or gateway's 403 is no ``Status``."""
+        return self.status == 403 and self.reason == "Forbidden" and self.details is not None
 
-    def __init__(self, obj: str, status: int, message: str) -> None:
-        self.obj = obj
-        self.status = status
-        self.message = message
-        super().__init__(f"{obj}: HTTP {status}: {message}")
+    @property
+    def is_cluster_level(self) -> bool:
+        """Says nothing about the object and everything about the cluster: no answer, the
+        credentials refused, or a 403 that is not the server denying this one request."""
+        return self.status in (0, 401) or (self.status == 403 and not self.is_denied)
+
+    @property
+    def immutable_fields(self) -> tuple[str, ...]:
+        """The fields a 422 (reason ``Invalid``) names as unchangeable, from its causes."""
+        if self.status != 422 or self.reason != "Invalid":
+            return ()
+        return tuple(c.field for c in self.causes if c.immutable)
+
+    @property
+    def is_immutable(self) -> bool:
+        """The change hits a field the server will not change (delete and re-create would)."""
+        return bool(self.immutable_fields)
 
 
-class PruneRefused(AgentError):
-    """Pruning was refused on purpose; ``reason`` says why in users' words."""
-
-    def __init__(self, reason: str, *, digest: str | None = None) -> None:
-        self.reason = reason
-        self.digest = digest
-        super().__init__(reason)
+def _failure_reason(status: int, transport: Transport | None) -> FailureReason:
+    """What an API error means for the pass it ends: from the status, or the transport for status 0."""
+    if status == 0:
+        if transport is None:
+            return FailureReason.UNREACHABLE
+        return _TRANSPORT_REASONS.get(transport, FailureReason.UNREACHABLE)
+    if status == 401:
+        return FailureReason.UNAUTHORIZED
+    if status == 403:
+        return FailureReason.FORBIDDEN
+    return FailureReason.API
 
 
 class ClusterRefused(AgentError):
@@ -178,10 +277,15 @@ class ClusterRefused(AgentError):
     Not retryable: it lasts until the configuration (or the other install) changes.
     """
 
+    failure_reason = FailureReason.REFUSED
+
     def __init__(self, cluster: str, reason: Refusal, message: str) -> None:
         self.cluster = cluster
         self.reason = reason
         super().__init__(message)
+
+    def failure(self) -> Failure:
+        return Failure.refused(self.reason, str(self))
 
 
 class LocalClusterError(AgentError):

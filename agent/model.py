@@ -4,6 +4,12 @@ source → ``Revision``; render → ``DesiredSet`` of ``DesiredObject``; plan �
 ``Plan`` of ``Change``; apply/prune → ``ApplyResult``; reconcile →
 ``ClusterResult``. Stages exchange these, never loose dicts. Manifests inside
 them are plain JSON-compatible dicts, the one shape Kubernetes speaks.
+
+Results are typed all the way to their readers: why a pass failed is a
+``Failure`` (a ``FailureReason``, the state it leaves, a message for people),
+why it pruned nothing a ``PruneRefusal``, what an object's message is about a
+``Note``. Metrics, ``/status``, Events and the CLI read these fields; nothing
+classifies a message by its text.
 """
 
 from __future__ import annotations
@@ -198,9 +204,6 @@ class Plan:
         counts = Counter(c.action.value for c in self.changes)
         return {a.value: counts.get(a.value, 0) for a in Action}
 
-    def by_action(self, action: Action) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.action is action)
-
     @property
     def has_changes(self) -> bool:
         return any(c.action not in (Action.NOOP, Action.SKIP) for c in self.changes)
@@ -219,6 +222,20 @@ class Outcome(enum.StrEnum):
     PRUNE_SKIPPED = "prune-skipped"
 
 
+class Note(enum.StrEnum):
+    """What one object's result is about, beyond its ``Outcome``: read by metrics and Events."""
+
+    #: Unchanged because every differing field was yielded to its owner (the ``conflicting`` metric).
+    YIELDED = "yielded"
+    #: Failed: the change hits a field the server will not change, and the object does not allow
+    #: delete and re-create.
+    IMMUTABLE = "immutable"
+    #: Failed: still conflicting (409) after re-planning from fresh reads.
+    CONFLICTS_UNRESOLVED = "conflicts-unresolved"
+    #: Failed: the server refused to delete an object that left Git (Event reason ``PruneFailed``).
+    DELETE_REFUSED = "delete-refused"
+
+
 @dataclass(frozen=True)
 class ApplyResult:
     """One object's result; a failure is a value, never an exception across objects."""
@@ -228,6 +245,7 @@ class ApplyResult:
     status: int = 0
     message: str = ""
     uid: str | None = None
+    note: Note | None = None
 
     @property
     def ok(self) -> bool:
@@ -243,6 +261,92 @@ class Refusal(enum.StrEnum):
     CLAIMED = "claimed"
 
 
+class FailureReason(enum.StrEnum):
+    """Why a pass failed: the ``reason`` label of ``gitops_agent_reconcile_errors_total``.
+
+    Decided where the failure is known (the error's type, the server's status), never from its
+    message; docs/operations.md explains each.
+    """
+
+    #: No answer at all: connection refused or timed out, a name that does not resolve.
+    UNREACHABLE = "unreachable"
+    #: Connected, but the answer did not come in time (a request's timeout, the pass's deadline).
+    TIMEOUT = "timeout"
+    #: 401, even after the credentials were read again.
+    UNAUTHORIZED = "unauthorized"
+    #: 403 for the cluster as a whole.
+    FORBIDDEN = "forbidden"
+    #: The server's certificate or the TLS handshake failed.
+    TLS = "tls"
+    #: The kubeconfig (or its exec plugin) gave no usable credentials.
+    CREDENTIALS = "credentials"
+    #: The commit does not render for this cluster (invariant 2).
+    RENDER = "render"
+    #: This replica may not write there (Lease lost, pass abandoned, shutting down).
+    FENCED = "fenced"
+    #: The pass would not touch the cluster: see ``Refusal``.
+    REFUSED = "refused"
+    #: The pass ran, but some objects failed (each one alone, invariant 6).
+    OBJECTS = "objects"
+    #: Any other API error that ended the pass.
+    API = "api"
+    #: A bug in the agent.
+    INTERNAL = "internal"
+
+
+class PassState(enum.StrEnum):
+    """A cluster's state in ``/status`` (and ``gitops-agent status``)."""
+
+    PENDING = "pending"  # no pass yet
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    #: The pass outlived its deadline and was abandoned (a slow request inside a pass is ``failed``).
+    TIMED_OUT = "timed-out"
+    SUSPENDED = "suspended"  # the operator's annotation on the ApplySet parent
+    REFUSED = "refused"
+    STANDBY = "standby"  # another replica holds the cluster's Lease
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a pass failed as a whole: ``reason`` and ``state`` for machines, ``message`` for people."""
+
+    reason: FailureReason
+    message: str
+    #: ``failed``; ``timed-out`` for a pass abandoned at its deadline; ``refused``.
+    state: PassState = PassState.FAILED
+    #: Which refusal, for state ``refused``.
+    refusal: Refusal | None = None
+
+    @classmethod
+    def refused(cls, refusal: Refusal, message: str) -> Failure:
+        return cls(FailureReason.REFUSED, message, PassState.REFUSED, refusal)
+
+
+class PruneReason(enum.StrEnum):
+    """Why a pass deleted nothing that left Git, though it may have succeeded otherwise."""
+
+    #: Suspended by the operator (annotation on the ApplySet parent): the pass changed nothing.
+    SUSPENDED = "suspended"
+    #: A listing failed or was incomplete: unknown is not absent (invariant 1).
+    UNKNOWN_STATE = "unknown-state"
+    #: The render is empty and ``allow_empty`` is false (invariant 2).
+    EMPTY_RENDER = "empty-render"
+    #: ``prune = false`` for this cluster.
+    DISABLED = "disabled"
+    #: The mass-deletion brake, until this exact set is approved (invariant 3).
+    BRAKE = "brake"
+
+
+@dataclass(frozen=True)
+class PruneRefusal:
+    """A refusal of every deletion in one pass: ``reason`` for machines, ``message`` in users' words."""
+
+    reason: PruneReason
+    message: str
+
+
 @dataclass
 class ClusterResult:
     """One reconcile pass for one cluster."""
@@ -250,17 +354,49 @@ class ClusterResult:
     cluster: str
     revision: str = ""
     results: list[ApplyResult] = field(default_factory=list)
-    error: str | None = None
-    prune_refused: str | None = None
-    #: Set when the pass refused to touch the cluster; ``error`` then says why and how to fix it.
-    refused: Refusal | None = None
+    #: Set when the pass failed as a whole (nothing after the failure ran).
+    failure: Failure | None = None
+    prune_refusal: PruneRefusal | None = None
     started: datetime | None = None
     finished: datetime | None = None
     dry_run: bool = False
 
     @property
+    def error(self) -> str | None:
+        """The failure's message, for readers that print it (never to classify)."""
+        return self.failure.message if self.failure else None
+
+    @property
+    def prune_refused(self) -> str | None:
+        """The prune refusal's message, for readers that print it (never to classify)."""
+        return self.prune_refusal.message if self.prune_refusal else None
+
+    @property
+    def refused(self) -> Refusal | None:
+        """Set when the pass refused to touch the cluster; ``error`` then says why and how to fix it."""
+        return self.failure.refusal if self.failure else None
+
+    @property
     def ok(self) -> bool:
-        return self.error is None and all(r.ok for r in self.results)
+        return self.failure is None and all(r.ok for r in self.results)
+
+    @property
+    def reason(self) -> FailureReason | None:
+        """Why the pass failed (the metric label); ``None`` when it succeeded."""
+        if self.failure is not None:
+            return self.failure.reason
+        return None if self.ok else FailureReason.OBJECTS
+
+    @property
+    def state(self) -> PassState:
+        """The cluster's state after this pass."""
+        if self.failure is not None:
+            return self.failure.state
+        if not self.ok:
+            return PassState.FAILED
+        if self.prune_refusal is not None and self.prune_refusal.reason is PruneReason.SUSPENDED:
+            return PassState.SUSPENDED
+        return PassState.OK
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)

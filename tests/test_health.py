@@ -18,18 +18,30 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.model import ApplyResult, ClusterResult, ObjectKey, Outcome
+from agent.errors import (
+    AgentError,
+    ApiError,
+    ClusterError,
+    ClusterRefused,
+    RenderError,
+    RenderProblem,
+    StatusDetails,
+    Transport,
+)
+from agent.model import ApplyResult, ClusterResult, Failure, FailureReason, ObjectKey, Outcome, Refusal
 from agent.run.fleet import backoff_delay
 from agent.run.server import HealthServer, Metrics, classify
 
 
-def _result(cluster: str, *, error: str | None = None, outcomes: tuple[Outcome, ...] = ()) -> ClusterResult:
+def _result(
+    cluster: str, *, failure: Failure | None = None, outcomes: tuple[Outcome, ...] = ()
+) -> ClusterResult:
     start = datetime.now(UTC)
     return ClusterResult(
         cluster,
         "a" * 40,
         results=[ApplyResult(ObjectKey("", "ConfigMap", "ns", f"o{i}"), o) for i, o in enumerate(outcomes)],
-        error=error,
+        failure=failure,
         started=start,
         finished=start + timedelta(seconds=1.5),
     )
@@ -42,7 +54,7 @@ def _families(metrics: Metrics) -> dict[str, Any]:
 def test_metrics_parse_and_carry_a_series_per_cluster() -> None:
     m = Metrics()
     m.record(_result("east", outcomes=(Outcome.CREATED, Outcome.UNCHANGED, Outcome.PRUNED)))
-    m.record(_result("west", error="cluster 'west': GET /api: HTTP 401 Unauthorized: Unauthorized"))
+    m.record(_result("west", failure=ApiError("west", 401, "Unauthorized", reason="Unauthorized").failure()))
     m.cluster_state("west", failures=1, next_run=time.time() + 10, suspended=False)
     fams = _families(m)
     for name in (
@@ -82,23 +94,45 @@ def test_the_revision_series_of_one_cluster_never_drops_another_clusters() -> No
     assert 'cluster="west"' in m.render().decode()
 
 
+def _transport(kind: Transport, said: str) -> ApiError:
+    return ApiError("x", 0, said, verb="GET", target="/api", transport=kind)
+
+
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        ("timed out: pass did not finish within 5s", "timeout"),
-        ("cluster 'x': GET /api: HTTP 401 Unauthorized: Unauthorized", "unauthorized"),
-        ("cluster 'x': GET /api: HTTP 0 : TLS certificate verification failed (wrong CA?)", "tls"),
-        ("cluster 'x': GET /api: HTTP 0 : connection refused (is the API server running?)", "unreachable"),
-        ("cluster 'x': GET /api: HTTP 0 : connection timed out", "unreachable"),
-        ("cluster 'x': GET /api: HTTP 0 : request timed out (no answer)", "timeout"),
-        ("cluster 'x': write refused: lease lost", "fenced"),
-        ("abandoned: agent shutting down", "fenced"),
-        ("render of cluster 'x' failed (1 problem(s)):\n  a.yaml:3: bad", "render"),
-        ("cluster 'x': PATCH /api/v1/...: HTTP 500 InternalError: boom", "api"),
+        (
+            ApiError("x", 401, "Unauthorized", reason="Unauthorized", verb="GET", target="/api"),
+            "unauthorized",
+        ),
+        (ApiError("x", 403, "Forbidden", reason="Forbidden"), "forbidden"),  # a proxy's: no Status details
+        (_transport(Transport.TLS, "TLS certificate verification failed (wrong CA?)"), "tls"),
+        (_transport(Transport.CONNECTION_REFUSED, "connection refused"), "unreachable"),
+        (_transport(Transport.CONNECT_TIMEOUT, "connection timed out"), "unreachable"),
+        (_transport(Transport.NO_SUCH_HOST, "host name does not resolve"), "unreachable"),
+        (_transport(Transport.READ_TIMEOUT, "request timed out"), "timeout"),
+        (ClusterError("x", "write refused: lease lost", failure_reason=FailureReason.FENCED), "fenced"),
+        (
+            ClusterError("x", "cannot load credentials: no file", failure_reason=FailureReason.CREDENTIALS),
+            "credentials",
+        ),
+        (RenderError([RenderProblem("a.yaml", "bad", 3)], cluster="x"), "render"),
+        (
+            ClusterRefused("x", Refusal.SHARED_CLUSTER, "entries 'x' and 'y' reach the same cluster"),
+            "refused",
+        ),
+        (ApiError("x", 500, "boom", reason="InternalError", details=StatusDetails()), "api"),
     ],
 )
-def test_each_failure_has_a_reason_label(error: str, reason: str) -> None:
-    assert classify(_result("x", error=error)) == reason
+def test_each_failure_has_a_reason_label_from_the_errors_type_and_status(
+    error: AgentError, reason: str
+) -> None:
+    assert classify(_result("x", failure=error.failure())) == reason
+
+
+def test_a_pass_whose_objects_failed_is_labelled_objects_and_a_good_pass_has_no_label() -> None:
+    assert classify(_result("x", outcomes=(Outcome.CREATED, Outcome.FAILED))) == "objects"
+    assert classify(_result("x", outcomes=(Outcome.CREATED,))) == ""
 
 
 def test_backoff_doubles_to_its_cap_and_is_zero_after_success() -> None:
@@ -128,7 +162,9 @@ def test_liveness_healthz_fails_only_when_the_agents_own_tick_stops() -> None:
     m = Metrics()
     # Every cluster failing is not the agent being stuck.
     for _ in range(20):
-        m.record(_result("east", error="cluster 'east': GET /api: HTTP 0 : connection refused"))
+        m.record(
+            _result("east", failure=_transport(Transport.CONNECTION_REFUSED, "connection refused").failure())
+        )
     server = HealthServer(
         "127.0.0.1:0",
         metrics=m,

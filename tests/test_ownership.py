@@ -16,7 +16,7 @@ import pytest
 
 from agent.apply.inventory import PART_OF
 from agent.dev import localcluster
-from agent.model import ObjectKey, Outcome
+from agent.model import Note, ObjectKey, Outcome
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 
@@ -75,6 +75,10 @@ def test_never_revert_foreign_labels_annotations_and_hpa_replicas_over_20_reconc
         for _ in range(20):
             r = agent.reconcile()["pool-a"]
             assert r.ok and r.count(Outcome.FAILED) == 0
+        (web,) = [x for x in r.results if x.key.kind == "Deployment"]
+        assert (web.outcome, web.note) == (Outcome.UNCHANGED, Note.YIELDED), web
+        metrics = agent.fleet.metrics.render().decode()
+        assert 'gitops_agent_objects{cluster="pool-a",outcome="conflicting"} 1.0' in metrics
         live = get(a.kubeconfig, "deployment", "web", "-n", ns)
         assert live["metadata"]["labels"]["team"] == "payments"
         assert live["metadata"]["annotations"]["owner/note"] == "keep-me"

@@ -30,7 +30,7 @@ from agent.apply.ssa import phase_of
 from agent.config.types import CLUSTER_DEFAULTS, PropagationPolicy
 from agent.errors import ApiError
 from agent.kube.client import KubeClient
-from agent.model import ApplyResult, Manifest, ObjectKey, Outcome
+from agent.model import ApplyResult, Manifest, Note, ObjectKey, Outcome, PruneReason, PruneRefusal
 
 PRUNE_ANNOTATION = "gitops-agent.io/prune"
 RECONCILE_ANNOTATION = "gitops-agent.io/reconcile"
@@ -68,9 +68,14 @@ class PruneDecision:
     kept: dict[ObjectKey, str] = field(default_factory=dict)
     #: Gone already (or no longer ours): dropped from the inventory.
     gone: set[ObjectKey] = field(default_factory=set)
-    #: A refusal of every deletion in this pass, in users' words.
-    refused: str | None = None
+    #: A refusal of every deletion in this pass (its message in users' words).
+    refusal: PruneRefusal | None = None
     digest: str = ""
+
+    @property
+    def refused(self) -> str | None:
+        """The refusal's message, for readers that print it."""
+        return self.refusal.message if self.refusal else None
 
 
 def prune_digest(candidates: Iterable[Candidate]) -> str:
@@ -110,16 +115,19 @@ def decide(
         return d
     incomplete = sorted(f"{k}.{g}" if g else k for (g, k), ok in listed_complete.items() if not ok)
     if incomplete:
-        d.refused = (
+        d.refusal = PruneRefusal(
+            PruneReason.UNKNOWN_STATE,
             f"not pruning: the live listing of {', '.join(incomplete)} failed or was incomplete"
-            " (unknown is not absent)"
+            " (unknown is not absent)",
         )
     elif render_empty and not options.allow_empty:
-        d.refused = "not pruning: the render is empty and allow_empty is false"
+        d.refusal = PruneRefusal(
+            PruneReason.EMPTY_RENDER, "not pruning: the render is empty and allow_empty is false"
+        )
     elif not options.enabled:
-        d.refused = "not pruning: prune = false for this cluster"
-    if d.refused:
-        d.kept = {k: d.refused for k in leaving}
+        d.refusal = PruneRefusal(PruneReason.DISABLED, "not pruning: prune = false for this cluster")
+    if d.refusal:
+        d.kept = {k: d.refusal.message for k in leaving}
         return d
     for key in leaving:
         if (key.group, key.kind) not in listed_complete:
@@ -158,12 +166,13 @@ def decide(
             if over_count
             else f"{n}/{size} > {options.max_prune_fraction:.0%} of the inventory"
         )
-        d.refused = (
+        d.refusal = PruneRefusal(
+            PruneReason.BRAKE,
             f"mass-deletion brake: {n} deletions ({limit}); approve this exact set with "
-            f"`gitops-agent prune approve --config <file> --cluster <name> --digest {d.digest}`"
+            f"`gitops-agent prune approve --config <file> --cluster <name> --digest {d.digest}`",
         )
         for c in d.delete:
-            d.kept[c.key] = d.refused
+            d.kept[c.key] = d.refusal.message
         d.delete = []
     return d
 
@@ -195,7 +204,12 @@ def _delete(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyRes
         if e.status == 404:
             return ApplyResult(c.key, Outcome.PRUNED, message="already gone", uid=c.uid)
         return ApplyResult(
-            c.key, Outcome.FAILED, status=e.status, message=f"delete refused: {e.api_message}", uid=c.uid
+            c.key,
+            Outcome.FAILED,
+            status=e.status,
+            message=f"delete refused: {e.api_message}",
+            uid=c.uid,
+            note=Note.DELETE_REFUSED,
         )
     return ApplyResult(c.key, Outcome.PRUNED, uid=c.uid)
 

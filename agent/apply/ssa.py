@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from agent.config.types import CLUSTER_DEFAULTS, CONFLICT_RETRIES, CRD_WAIT
 from agent.errors import ApiError, StatusCause
 from agent.kube.client import KubeClient
-from agent.model import Action, ApplyResult, Change, Manifest, ObjectKey, Outcome
+from agent.model import Action, ApplyResult, Change, Manifest, Note, ObjectKey, Outcome
 
 RECREATE_ANNOTATION = "gitops-agent.io/recreate"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"
@@ -61,11 +61,6 @@ def phase_of(key: ObjectKey) -> int:
     if (key.group, key.kind) == CRD_KEY:
         return 1
     return 2 if not key.namespace else 3
-
-
-def cluster_level(e: ApiError) -> bool:
-    """Failures that say nothing about the object and everything about the cluster."""
-    return e.status in (0, 401) or (e.status == 403 and "cannot" not in e.api_message)
 
 
 def apply_changes(
@@ -120,22 +115,28 @@ def _apply_one(
             return ApplyResult(change.key, Outcome.UNCHANGED, uid=change.uid)
         if change.action is Action.CONFLICT:
             # Every differing field is yielded to its owner: nothing to send.
-            return ApplyResult(change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid)
+            return ApplyResult(
+                change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid, note=Note.YIELDED
+            )
         if change.action is Action.SKIP or change.body is None:
             return ApplyResult(change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid)
         try:
             return _send(client, change, body_for(change), options)
         except ApiError as e:
-            if cluster_level(e):
+            if e.is_cluster_level:
                 raise
-            if e.status == 409 and attempt < options.conflict_retries:
+            if e.is_conflict and attempt < options.conflict_retries:
                 change = _fresh(client, change, replan, e.causes)
                 continue
-            if e.status == 422 and "immutable" in e.api_message:
+            if e.is_immutable:
                 return _immutable(client, change, body_for(change), options, e)
             return ApplyResult(change.key, Outcome.FAILED, status=e.status, message=e.api_message or str(e))
     return ApplyResult(
-        change.key, Outcome.FAILED, status=409, message="conflicting writes: gave up after re-planning"
+        change.key,
+        Outcome.FAILED,
+        status=409,
+        message="conflicting writes: gave up after re-planning",
+        note=Note.CONFLICTS_UNRESOLVED,
     )
 
 
@@ -169,6 +170,7 @@ def _immutable(
             status=422,
             message=f"immutable field changed: {error.api_message} "
             f"(annotate {RECREATE_ANNOTATION}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)",
+            note=Note.IMMUTABLE,
         )
     if options.dry_run:
         return ApplyResult(

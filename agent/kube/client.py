@@ -9,13 +9,16 @@ kind — CRDs included — works through discovery.
 
 Each cluster has its own client, pool, timeouts and 429 handling, so one slow
 or broken cluster never borrows anything another needs (invariant 6).
-Failures become ``ApiError`` with the HTTP status (0 when there was no answer)
-and the server's message.
+Failures become ``ApiError`` with the HTTP status and the server's ``Status``
+(reason, message, details), or status 0 and a ``Transport`` read from the
+exception's type when there was no answer.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,9 +31,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from agent.config.types import ClusterConfig
-from agent.errors import ApiError, ClusterError, StatusCause, StatusDetails
+from agent.errors import ApiError, ClusterError, StatusCause, StatusDetails, Transport
 from agent.kube.listjson import each_item
-from agent.model import Manifest, split_api_version
+from agent.model import FailureReason, Manifest, split_api_version
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 _MAX_429_RETRIES = 3
@@ -168,7 +171,12 @@ class KubeClient:
                         persist_config=False,
                     )
             except Exception as e:  # the loader raises many types; all mean "cannot build credentials"
-                raise ClusterError(name, f"cannot load credentials: {e}", retryable=False) from e
+                raise ClusterError(
+                    name,
+                    f"cannot load credentials: {e}",
+                    retryable=False,
+                    failure_reason=FailureReason.CREDENTIALS,
+                ) from e
             cfg.connection_pool_maxsize = pool_size
             cfg.retries = False  # retries are ours: bounded, per cluster, honouring Retry-After
             return k8s_client.ApiClient(cfg)
@@ -247,11 +255,13 @@ class KubeClient:
                 )
                 raw: bytes = resp.read()
             except (urllib3.exceptions.HTTPError, OSError) as e:
-                raise ApiError(self.name, 0, _transport_message(e), verb=method, target=target) from e
+                transport, said = _transport(e)
+                raise ApiError(self.name, 0, said, verb=method, target=target, transport=transport) from e
             except k8s_client.ApiException as e:  # TLS failures surface as status-0 ApiException
-                reason = str(e.reason)
-                said = reason if e.status else _transport_message(Exception(reason.replace("\n", ": ")))
-                raise ApiError(self.name, e.status or 0, said, verb=method, target=target) from e
+                if e.status:
+                    raise ApiError(self.name, e.status, str(e.reason), verb=method, target=target) from e
+                transport, said = _transport(e)
+                raise ApiError(self.name, 0, said, verb=method, target=target, transport=transport) from e
             if 200 <= resp.status < 300:
                 return raw
             if resp.status == 401 and not refreshed:
@@ -389,7 +399,14 @@ class KubeClient:
                 page = each_item(text, take)
             except ValueError as e:
                 where = info.base_path(namespace)
-                raise ApiError(self.name, 0, f"malformed LIST response: {e}", verb="GET", target=where) from e
+                raise ApiError(
+                    self.name,
+                    0,
+                    f"malformed LIST response: {e}",
+                    verb="GET",
+                    target=where,
+                    transport=Transport.MALFORMED,
+                ) from e
             del text
             meta = page.get("metadata") or {}
             rv = meta.get("resourceVersion", rv)
@@ -505,18 +522,47 @@ class KubeClient:
         return uid
 
 
-def _transport_message(e: BaseException) -> str:
-    """Reduce urllib3's nested errors to the cause a person can act on."""
-    text = str(e)
-    for needle, said in (
-        ("Read timed out", "request timed out (no answer within the request timeout)"),
-        ("timed out", "connection timed out"),
-        ("Connection refused", "connection refused (is the API server running?)"),
-        ("CERTIFICATE_VERIFY_FAILED", "TLS certificate verification failed (wrong CA?)"),
-        ("Name or service not known", "host name does not resolve"),
-    ):
-        if needle in text:
-            return said
+def _transport(e: BaseException) -> tuple[Transport, str]:
+    """Why a request got no answer, from the types in the exception's chain, and what to tell a person.
+
+    urllib3 wraps the socket's error (``NewConnectionError`` from ``ConnectionRefusedError``,
+    ``ReadTimeoutError`` from ``TimeoutError``); the official client re-raises an ``SSLError`` as
+    a status-0 ``ApiException``. ``NewConnectionError`` subclasses ``ConnectTimeoutError``, so a
+    connect timeout is that class exactly, or a bare socket timeout.
+    """
+    chain = _chain(e)
+
+    def has(*types: type[BaseException]) -> bool:
+        return any(isinstance(x, types) for x in chain)
+
+    if has(ssl.SSLCertVerificationError):
+        return Transport.TLS, "TLS certificate verification failed (wrong CA?)"
+    if has(ssl.SSLError, urllib3.exceptions.SSLError):
+        return Transport.TLS, _first_line(chain[-1])
+    if has(urllib3.exceptions.ReadTimeoutError):
+        return Transport.READ_TIMEOUT, "request timed out (no answer within the request timeout)"
+    if has(urllib3.exceptions.NameResolutionError, socket.gaierror):
+        return Transport.NO_SUCH_HOST, "host name does not resolve"
+    if has(ConnectionRefusedError):
+        return Transport.CONNECTION_REFUSED, "connection refused (is the API server running?)"
+    connect_timeout = any(type(x) is urllib3.exceptions.ConnectTimeoutError for x in chain)
+    if connect_timeout or has(TimeoutError):
+        return Transport.CONNECT_TIMEOUT, "connection timed out"
+    return Transport.BROKEN, _first_line(e)
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the exceptions it was raised from or while handling, outermost first."""
+    out: list[BaseException] = []
+    current: BaseException | None = e
+    while current is not None and current not in out:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
     return text.splitlines()[0][:300]
 
 
@@ -539,8 +585,10 @@ class ParsedStatus:
 def parse_status(raw: bytes, fallback: str) -> ParsedStatus:
     """Read an error answer's ``Status`` body; the HTTP reason phrase when it is not one.
 
-    Causes keep their raw ``type``/``field``/``message``: what they mean is the caller's to
-    decide (``agent.plan.causes`` reads ``FieldManagerConflict``).
+    ``details`` only come from a ``kind: Status`` body: that is what tells the API server's own
+    403 from a proxy's. Causes keep their raw ``type``/``field``/``message``: what they mean is
+    the caller's to decide (``agent.plan.causes`` reads ``FieldManagerConflict``,
+    ``StatusCause.immutable`` the validators' sentence).
     """
     try:
         doc = json.loads(raw)
@@ -551,7 +599,7 @@ def parse_status(raw: bytes, fallback: str) -> ParsedStatus:
     reason = str(doc.get("reason", fallback or ""))
     message = str(doc.get("message", "")) or (fallback or "")
     raw_details = doc.get("details")
-    if not isinstance(raw_details, dict):
+    if doc.get("kind") != "Status" or not isinstance(raw_details, dict):
         return ParsedStatus(reason, message)
     causes = tuple(
         StatusCause(

@@ -19,7 +19,7 @@ are. Called by ``plan``; pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -349,13 +349,6 @@ def merged_order(live: list[str], applied: list[str]) -> list[str]:
             if next_shared is not None and next_shared == element:
                 next_shared = next(shared, None)
     return out
-
-
-def iter_leaves(paths: Iterable[FieldPath]) -> Iterator[FieldPath]:
-    """Paths of the set that have no descendant in it."""
-    path_set = set(paths)
-    inner = prefixes(path_set)
-    return (p for p in path_set if p not in inner)
 
 
 # ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.apply.ssa import CRD_KEY, cluster_level
+from agent.apply.ssa import CRD_KEY
 from agent.errors import ApiError
 from agent.kube.client import KubeClient, ResourceInfo
 from agent.model import Action, Change, DesiredObject, Manifest, ObjectKey
@@ -107,7 +107,7 @@ def read_live(
             continue
         got = listed[gk]
         if isinstance(got, ApiError):
-            if cluster_level(got):
+            if got.is_cluster_level:
                 raise got
             why = f"listing {info.kind}: {got}"
             state.complete[gk] = False
@@ -148,7 +148,7 @@ def _list(
         try:
             _scan(client, gk, info, ns, scope, inspect, keep, out)
         except ApiError as e:
-            if cluster_level(e):
+            if e.is_cluster_level:
                 raise
             out.failed[ns] = f"listing {info.kind} in namespace {ns}: {e}"
     return out

@@ -4,7 +4,8 @@
 discovery, schema and render caches) and sequences the stages; it decides
 nothing itself. The scheduler runs one per cluster; the CLI's ``run --once``
 and ``diff`` call it directly. Every failure ends as a ``ClusterResult`` with
-a readable error, never as an exception that could reach another cluster.
+a typed ``Failure`` (reason, state, readable message), never as an exception
+that could reach another cluster.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from agent.model import (
     ObjectKey,
     Outcome,
     Plan,
+    PruneReason,
+    PruneRefusal,
     Refusal,
     Revision,
     split_api_version,
@@ -200,7 +203,7 @@ class ClusterReconciler:
                 self.schema.add_document(self.client.openapi_v3(group, version))
                 self._schema_generation += 1
             except ApiError as e:
-                if apply_stage.cluster_level(e):
+                if e.is_cluster_level:
                     raise
                 # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply
                 # now, and the next pass asks again (marking it loaded would plan its list-maps
@@ -217,13 +220,13 @@ class ClusterReconciler:
         try:
             self._pass(revision, result, dry_run=dry_run)
         except ClusterRefused as e:
-            result.error, result.refused = str(e), e.reason
+            result.failure = e.failure()
             bound.error("cluster refused; nothing applied, pruned or written", error=str(e))
         except RenderError as e:
-            result.error = str(e)
+            result.failure = e.failure()
             bound.error("render failed; nothing applied or pruned", error=str(e))
         except AgentError as e:
-            result.error = str(e)
+            result.failure = e.failure()
             bound.error("reconcile failed", error=str(e))
         result.finished = datetime.now(UTC)
         return result
@@ -235,8 +238,9 @@ class ClusterReconciler:
         inventory = store.load()
         store.check_claim(inventory)
         if inventory.suspended:
-            result.error = None
-            result.prune_refused = "cluster suspended (annotation on the ApplySet parent)"
+            result.prune_refusal = PruneRefusal(
+                PruneReason.SUSPENDED, "cluster suspended (annotation on the ApplySet parent)"
+            )
             return
         if not dry_run and inventory.exists:
             inventory = store.claim(inventory)  # a parent written before claims existed: now ours
@@ -294,10 +298,11 @@ class ClusterReconciler:
             self.prune_options(store.id, dry_run),
             render_empty=desired_set.empty,
         )
-        if decision.refused:
-            result.prune_refused = decision.refused
+        if decision.refusal:
+            refusal = decision.refusal
             if live.errors:
-                result.prune_refused += " [" + "; ".join(live.errors) + "]"
+                refusal = replace(refusal, message=f"{refusal.message} [{'; '.join(live.errors)}]")
+            result.prune_refusal = refusal
         result.results.extend(
             prune_stage.execute(self.client, decision, self.prune_options(store.id, dry_run))
         )

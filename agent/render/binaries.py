@@ -17,7 +17,6 @@ from agent.errors import LocalClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-control-plane"
-CONTROL_PLANE_BINARIES = ("kube-apiserver", "kube-controller-manager", "etcd", "kubectl")
 PATH_FALLBACK = ("kustomize", "helm")
 
 

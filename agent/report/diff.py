@@ -214,7 +214,7 @@ def _confirm(
         try:
             after = rec.client.apply(body, field_manager=rec.field_manager, force=change.force, dry_run=True)
         except ApiError as e:
-            if apply_stage.cluster_level(e):
+            if e.is_cluster_level:
                 raise
             message = scrub(e.api_message or str(e), secrets)
             if change.key.namespace in new_namespaces and e.status == 404:
@@ -226,7 +226,7 @@ def _confirm(
             if (change.key.group, change.key.kind) in new_kinds and e.status == 404:
                 note = "not checked by the server: its CRD is created by this change; the diff is the plan"
                 return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
-            if e.status == 422 and "immutable" in e.api_message:
+            if e.is_immutable:
                 annotations = (body.get("metadata") or {}).get("annotations") or {}
                 if annotations.get(apply_stage.RECREATE_ANNOTATION) == apply_stage.RECREATE_ON_IMMUTABLE:
                     note = f"an immutable field changes: would delete and re-create ({message})"

@@ -24,7 +24,7 @@ import structlog
 
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
-from agent.model import ApplyResult, ClusterResult, Outcome
+from agent.model import ApplyResult, ClusterResult, Note, Outcome
 
 log = structlog.get_logger("gitops_agent.events")
 
@@ -82,7 +82,7 @@ def emit(
     written = 0
     for r in items[:MAX_EVENTS]:
         severity, reason = _REASONS[r.outcome]
-        if r.outcome is Outcome.FAILED and r.message.startswith("delete refused"):
+        if r.note is Note.DELETE_REFUSED:
             reason = "PruneFailed"
         written += _write(
             client, namespace, ref, result, severity, reason, message_for(r), str(r.key), component, instance

@@ -300,6 +300,3 @@ def _text_object(report: Report, o: ObjectReport, style: Callable[..., str]) -> 
     for r in o.released:
         lines.append(f"  released: {r.path} ({'removed by the server' if r.removed else 'kept: co-owned'})")
     return lines
-
-
-RENDERERS = ("text", "markdown", "json")

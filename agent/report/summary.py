@@ -5,15 +5,25 @@ from __future__ import annotations
 from agent.model import ClusterResult, Outcome
 
 
+def _status(r: ClusterResult) -> str:
+    """One cell: ``ok``, ``ok (prune refused: …)``, ``refused (<refusal>): …`` or ``failed: …``."""
+    if r.failure is not None:
+        first = (r.failure.message.splitlines() or [""])[0]
+        if r.failure.refusal is not None:
+            return f"refused ({r.failure.refusal.value}): {first}"
+        return f"failed: {first}"
+    if not r.ok:
+        return "failed: objects failed"
+    if r.prune_refusal is not None:
+        return f"ok (prune refused: {r.prune_refusal.message})"
+    return "ok"
+
+
 def format_summary(results: list[ClusterResult]) -> str:
     """The per-cluster table `run --once` and `demo` print."""
     rows = [("CLUSTER", "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", "STATUS")]
     for r in results:
-        status = "ok" if r.ok else f"failed: {(r.error or 'objects failed').splitlines()[0]}"
-        if r.refused is not None:
-            status = f"refused ({r.refused.value}): {(r.error or '').splitlines()[0]}"
-        if r.ok and r.prune_refused:
-            status = f"ok (prune refused: {r.prune_refused})"
+        status = _status(r)
         rows.append(
             (
                 r.cluster,

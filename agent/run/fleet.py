@@ -30,7 +30,7 @@ import structlog
 from agent.config.types import AGENT_DEFAULTS, ClusterConfig, Config
 from agent.errors import AgentError
 from agent.kube.client import KubeClient
-from agent.model import ClusterResult, Outcome, Revision
+from agent.model import ClusterResult, Failure, FailureReason, Outcome, PassState, Revision
 from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import RenderCache
@@ -42,7 +42,6 @@ log = structlog.get_logger("gitops_agent.fleet")
 
 BACKOFF_BASE = AGENT_DEFAULTS.backoff_base
 BACKOFF_CAP = AGENT_DEFAULTS.backoff_cap
-SUSPENDED_PREFIX = "cluster suspended"
 
 
 def backoff_delay(failures: int, *, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
@@ -59,9 +58,7 @@ class ClusterStatus:
     """What `/status` and `gitops-agent status` show for one cluster."""
 
     name: str
-    #: pending | running | ok | failed | timed-out | suspended | refused (another entry reaches the
-    #: same cluster or claims its inventory) | standby (another replica holds it)
-    state: str = "pending"
+    state: PassState = PassState.PENDING
     last_result: ClusterResult | None = None
     last_success_revision: str = ""
     last_success_at: datetime | None = None
@@ -207,8 +204,12 @@ class Fleet:
             result = ClusterResult(
                 name,
                 revision.sha,
-                error=f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
-                "for the cluster; no new pass until it returns",
+                failure=Failure(
+                    FailureReason.TIMEOUT,
+                    f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
+                    "for the cluster; no new pass until it returns",
+                    PassState.TIMED_OUT,
+                ),
             )
             self.record(result)
             return result
@@ -227,7 +228,7 @@ class Fleet:
         t = threading.Thread(target=work, name=f"pass-{name}", daemon=True)
         log.info("pass started", cluster=name, revision=revision.short, deadline=deadline)
         slot.running = t
-        slot.status.state = "running"
+        slot.status.state = PassState.RUNNING
         t.start()
         end = time.monotonic() + deadline
         while t.is_alive() and time.monotonic() < end and not self._closing.is_set():
@@ -239,15 +240,16 @@ class Fleet:
                 self._abandon(slot, reconciler, f"pass abandoned ({why})")
                 slot.stuck = t
             slot.running = None
-        result = done or ClusterResult(
-            name,
-            revision.sha,
-            error=f"timed out: pass did not finish within {deadline:g}s"
-            if not self._closing.is_set()
-            else "abandoned: agent shutting down",
-        )
+        result = done or ClusterResult(name, revision.sha, failure=self._abandoned(deadline))
         self.record(result)
         return result
+
+    def _abandoned(self, deadline: float) -> Failure:
+        """Why a pass was left behind: its deadline (state ``timed-out``), or the agent stopping."""
+        if self._closing.is_set():
+            return Failure(FailureReason.FENCED, "abandoned: agent shutting down")
+        message = f"timed out: pass did not finish within {deadline:g}s"
+        return Failure(FailureReason.TIMEOUT, message, PassState.TIMED_OUT)
 
     def _abandon(self, slot: _Slot, reconciler: ClusterReconciler, why: str) -> None:
         """Fence the pass's client for good and give the cluster a fresh reconciler (caller locks)."""
@@ -264,7 +266,8 @@ class Fleet:
             result = reconciler.reconcile(revision, dry_run=dry_run)
         except Exception as e:  # a bug in one cluster's pass must not take down the fleet
             log.exception("reconcile crashed", cluster=name)
-            result = ClusterResult(name, revision.sha, error=f"internal error: {type(e).__name__}: {e}")
+            internal = Failure(FailureReason.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            result = ClusterResult(name, revision.sha, failure=internal)
         if self.emit_events and not dry_run and events.reportable(result):
             try:
                 events.emit(
@@ -284,19 +287,15 @@ class Fleet:
             return
         st = slot.status
         st.last_result = result
-        suspended = result.ok and (result.prune_refused or "").startswith(SUSPENDED_PREFIX)
+        st.state = result.state
+        suspended = st.state is PassState.SUSPENDED
         if result.ok:
             st.failures = 0
-            st.state = "suspended" if suspended else "ok"
             if not suspended:
                 st.last_success_revision = result.revision
                 st.last_success_at = result.finished or datetime.now(UTC)
         else:
             st.failures += 1
-            if result.refused is not None:
-                st.state = "refused"
-            else:
-                st.state = "timed-out" if (result.error or "").startswith("timed out") else "failed"
         self.metrics.record(result)
         self.metrics.cluster_state(
             result.cluster,

@@ -36,6 +36,7 @@ import structlog
 
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
+from agent.model import FailureReason
 from agent.run.lease_settings import LeaseSettings
 
 log = structlog.get_logger("gitops_agent.lease")
@@ -58,7 +59,9 @@ class FencedClient(KubeClient):
         if method.upper() not in _READS:
             why = self.abandoned or (self.fence() if self.fence is not None else None)
             if why:
-                raise ClusterError(self.name, f"write refused: {why}", retryable=True)
+                raise ClusterError(
+                    self.name, f"write refused: {why}", retryable=True, failure_reason=FailureReason.FENCED
+                )
 
 
 def _now() -> datetime:

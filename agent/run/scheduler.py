@@ -30,7 +30,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from agent.config.load import check_access, load_config
 from agent.config.types import AGENT_DEFAULTS, SCHEDULE_JITTER, SCHEDULER_TICK, ClusterConfig, Config
 from agent.errors import ConfigError, SourceError
-from agent.model import Revision
+from agent.model import PassState, Revision
 from agent.run.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
@@ -278,7 +278,7 @@ class Daemon:
             return
         st = self.fleet.status[name]
         if self.leases is not None and not self.leases.holds(name):
-            st.state, st.holder = "standby", self.leases.holder(name)
+            st.state, st.holder = PassState.STANDBY, self.leases.holder(name)
             self.metrics.lease_held.labels(name).set(0)
             return
         with self._lock:
@@ -316,7 +316,7 @@ class Daemon:
         st.next_run = when
         st.schedule.append((datetime.now(UTC), (when - datetime.now(UTC)).total_seconds(), why))
         self.metrics.cluster_state(
-            name, failures=st.failures, next_run=when.timestamp(), suspended=st.state == "suspended"
+            name, failures=st.failures, next_run=when.timestamp(), suspended=st.state is PassState.SUSPENDED
         )
         return when
 
@@ -343,7 +343,7 @@ class Daemon:
         st = self.fleet.status.get(name)
         if st is not None:
             st.holder = self.leases.holder(name) if self.leases else ""
-            st.state = st.state if held else "standby"
+            st.state = st.state if held else PassState.STANDBY
         if held and self.revision is not None and not self.stopping:
             self._schedule(name, datetime.now(UTC), "lease acquired")
 
@@ -401,7 +401,7 @@ class Daemon:
         if self.revision is not None:
             # Refused entries too: removing or re-pointing the entry they collided with lifts the
             # refusal, and they should not wait out their backoff to find out.
-            refused = [n for n, st in self.fleet.status.items() if st.state == "refused"]
+            refused = [n for n, st in self.fleet.status.items() if st.state is PassState.REFUSED]
             for name in dict.fromkeys(added + changed + refused):
                 self._schedule(name, datetime.now(UTC), "config reloaded")
         self.config_error = None

@@ -31,42 +31,20 @@ from prometheus_client import (
 )
 
 from agent.config.types import AGENT_DEFAULTS
-from agent.model import ClusterResult, Outcome
+from agent.model import ClusterResult, Note, Outcome
 
 STUCK_AFTER = AGENT_DEFAULTS.stuck_after  # seconds without a scheduler tick before /healthz fails
 
-#: ``classify(error)`` → the ``reason`` label of ``gitops_agent_reconcile_errors_total``.
-#: First match wins: a TCP connect that timed out is "no answer at all", not a slow answer.
-ERROR_REASONS = (
-    ("connection timed out", "unreachable"),
-    ("timed out", "timeout"),
-    ("write refused", "fenced"),
-    ("abandoned", "fenced"),
-    ("HTTP 401", "unauthorized"),
-    ("HTTP 403", "forbidden"),
-    ("TLS", "tls"),
-    ("cannot load credentials", "credentials"),
-    ("render of cluster", "render"),
-    ("HTTP 0", "unreachable"),
-    ("internal error", "internal"),
-)
-
 
 def classify(result: ClusterResult) -> str:
-    """One word for why a pass failed: ``refused``, ``timeout``, ``unauthorized``, ``tls``, ``render``, ..."""
-    if result.error is None:
-        return "objects" if not result.ok else ""
-    if result.refused is not None:
-        return "refused"
-    for needle, reason in ERROR_REASONS:
-        if needle in result.error:
-            return reason
-    return "api"
+    """The ``reason`` label of a failed pass (``FailureReason``: ``timeout``, ``unauthorized``, ...)."""
+    reason = result.reason
+    return reason.value if reason is not None else ""
 
 
 def conflicting(result: ClusterResult) -> int:
     """Objects left unchanged because every differing field was yielded to its owner."""
-    return sum(1 for r in result.results if r.outcome is Outcome.UNCHANGED and "yielded" in r.message)
+    return sum(1 for r in result.results if r.note is Note.YIELDED)
 
 
 class Metrics:

@@ -179,7 +179,12 @@ def _raise(kind: str, message: str, op: str, url: str, creds: Credentials) -> di
 
 
 def classify(error: BaseException, message: str) -> str:
-    """Map a pygit2 failure to ``auth``/``hostkey``/``unreachable``/``missing``/``error``."""
+    """Map a pygit2 failure to ``auth``/``hostkey``/``unreachable``/``missing``/``error``.
+
+    libgit2's errors carry no codes, so beyond our own callbacks' exception types the message
+    is the only evidence: the one classification by text in the agent (and the one exception
+    ``tests/test_typed_results.py`` allows).
+    """
     if isinstance(error, AuthRejected):
         return "auth"
     if isinstance(error, HostKeyRejected):

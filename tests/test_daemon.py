@@ -40,13 +40,13 @@ from agent.config.load import load_config
 from agent.run.fleet import Fleet
 from agent.run.lease_settings import LeaseSettings
 from agent.run.scheduler import Daemon, DaemonOptions
-from agent.source.git import GitSource
+from agent.source.sources import SourceSet
 config, identity, lease_ns, mgmt, grace = sys.argv[1:6]
 cfg = load_config(config)
 logs.configure("json", "info")
 leases = LeaseSettings(enabled=lease_ns != "-", namespace=lease_ns, identity=identity, duration={DURATION},
                        renew_deadline={RENEW!r}, retry_period={RETRY!r}, kubeconfig=mgmt)
-Daemon(cfg, GitSource.from_config(cfg), Fleet(cfg),
+Daemon(cfg, SourceSet.from_config(cfg), Fleet(cfg),
        DaemonOptions(leases=leases, grace=float(grace), tick=0.2)).run_forever()
 """
 

@@ -23,7 +23,7 @@ from agent.config.types import Config
 from agent.run.fleet import Fleet
 from agent.run.lease_settings import LeaseSettings
 from agent.run.scheduler import Daemon, DaemonOptions
-from agent.source.git import GitSource
+from agent.source.sources import SourceSet
 
 NO_LEASES = LeaseSettings(enabled=False)
 
@@ -63,13 +63,7 @@ def tune(
 def start_daemon(cfg: Config, **options: Any) -> Daemon:
     options.setdefault("leases", NO_LEASES)
     options.setdefault("tick", 0.2)
-    d = Daemon(
-        cfg,
-        GitSource.from_config(cfg),
-        Fleet(cfg),
-        DaemonOptions(**options),
-        source_factory=GitSource.from_config,
-    )
+    d = Daemon(cfg, SourceSet.from_config(cfg), Fleet(cfg), DaemonOptions(**options))
     d.start()
     return d
 

@@ -10,19 +10,25 @@ the parent.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from agent.apply.inventory import SUSPENDED
 from agent.cli import ops as cli_ops
+from agent.config.types import Config
 from agent.kube.client import KubeClient
 from agent.report.events import events_for
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.test_daemon_kit import cluster_status, configmaps, start_daemon, status, tune, wait_for
+from tests.test_daemon_kit import cluster_status, configmaps, http, start_daemon, status, tune, url, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -182,3 +188,113 @@ spec:
     finally:
         agent.close()
         kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_gitops_agent_run_reloaded_with_another_source_url_polls_and_applies_the_new_repository(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("moved")
+    first = make_repo(tmp_path / "first", {"clusters/pool-a/app.yaml": configmaps(ns, "first")})
+    second = make_repo(tmp_path / "second", {"clusters/pool-a/app.yaml": configmaps(ns, "second")})
+    cfg = tune(write_config(tmp_path, first, {"pool-a": a}), agent_lines='reload_interval = "1s"')
+    worktree = Path(__file__).parent.parent
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as out:
+        # The command itself, as users run it: how it builds the daemon is what is under test.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "run", "--config", cfg.file],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=worktree,
+            env={**os.environ, "PYTHONPATH": str(worktree)},
+        )
+    try:
+        head = _head(first.path)
+        wait_for("the first repository applied", lambda: _greeting(a.kubeconfig, ns) == "first", 60)
+        assert _poll_status(cfg)["revision"] == head
+        text = Path(cfg.file).read_text()
+        assert text.count(str(first.path)) == 1
+        Path(cfg.file).write_text(text.replace(str(first.path), str(second.path)))
+        wait_for("the second repository applied", lambda: _greeting(a.kubeconfig, ns) == "second", 60)
+        doc = _poll_status(cfg)
+        assert doc["revision"] == _head(second.path) and doc["config_error"] is None
+        assert [(s["name"], s["url"], s["revision"]) for s in doc["sources"]] == [
+            ("default", str(second.path), _head(second.path))
+        ]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+
+
+def test_a_source_that_cannot_be_reached_is_named_in_status_while_the_default_source_converges_the_cluster(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = unique("named")
+    repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "hi")})
+    cfg = write_config(tmp_path, repo, {"pool-a": a})
+    extra = (
+        f'\n[[sources]]\nname = "extra"\nurl = "{tmp_path / "missing.git"}"\n'
+        '\n[[apps]]\nname = "extra-app"\ncluster = "pool-a"\nsource = "extra"\npath = "x"\n'
+    )
+    Path(cfg.file).write_text(Path(cfg.file).read_text() + extra)
+    cfg = tune(cfg)
+    daemon = start_daemon(cfg, reload_interval=0.3)
+    try:
+        wait_for("pool-a ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
+        assert _greeting(a.kubeconfig, ns) == "hi"
+        doc = wait_for(
+            "the extra source's error", lambda: (d := status(cfg))["sources"][1]["error"] and d, 30
+        )
+        default, named = doc["sources"]
+        assert default == {
+            "name": "default",
+            "url": str(repo.path),
+            "ref": "branch main",
+            "revision": _head(repo.path),
+            "error": None,
+        }
+        assert named["name"] == "extra" and named["revision"] is None
+        assert named["error"].startswith(f"source 'extra': {tmp_path / 'missing.git'}: ")
+        assert doc["source_error"] == named["error"] and doc["revision"] == _head(repo.path)
+        assert http(url(cfg, "/readyz"))[0] == 200  # every source was polled once; one failing is status
+        metrics = daemon.metrics.render().decode()
+        assert 'gitops_agent_source_failures_total{source="extra"}' in metrics
+        assert 'gitops_agent_source_last_success_timestamp_seconds{source="default"}' in metrics
+        # The app and its source removed: the source is forgotten, in status and in metrics.
+        Path(cfg.file).write_text(Path(cfg.file).read_text().replace(extra, "\n"))
+        wait_for("extra gone", lambda: [s["name"] for s in status(cfg)["sources"]] == ["default"], 30)
+        assert status(cfg)["source_error"] is None
+        assert 'source="extra"' not in daemon.metrics.render().decode()
+    finally:
+        daemon.stop(grace=2)
+        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _greeting(kubeconfig: Path, ns: str) -> str | None:
+    cm = _cm(kubeconfig, ns, "settings")
+    return cm["data"]["greeting"] if cm else None
+
+
+def _head(bare: Path) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(bare), "rev-parse", "main"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _poll_status(cfg: Config) -> dict[str, Any]:
+    return dict(wait_for("/status", lambda: _try_status(cfg), 30))
+
+
+def _try_status(cfg: Config) -> dict[str, Any] | None:
+    try:
+        return status(cfg)
+    except (OSError, AssertionError):
+        return None

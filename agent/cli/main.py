@@ -77,13 +77,15 @@ def run(
     # One pass takes no Lease; the daemon does (from the management cluster).
     cfg = load(config_file, clusters, access=True, management=not once)
     configure_logging(cfg, log_format=log_format, log_level=log_level)
-    source = _source(cfg)
     fleet = Fleet(cfg)
     if not once:
-        Daemon(cfg, source, fleet).run_forever()
+        from agent.source.sources import SourceSet
+
+        # The factory builds the sources anew when a config reload changes them.
+        Daemon(cfg, SourceSet.from_config(cfg), fleet, source_factory=SourceSet.from_config).run_forever()
         return
     try:
-        revision = source.poll()
+        revision = _source(cfg).poll()
     except SourceError as e:
         click.echo(f"source error: {e}", err=True)
         sys.exit(EXIT_FAILED)

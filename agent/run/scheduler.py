@@ -1,6 +1,8 @@
 """The long-running agent: apscheduler jobs, leases, health, config reload, SIGTERM.
 
-``Daemon`` drives a ``fleet.Fleet``: one source-poll job; one reconcile job per
+``Daemon`` drives a ``fleet.Fleet``: one poll job per source an app uses (a
+``SourceSet``), each at its own ``poll_interval`` on an executor of its own, whose
+new revision triggers the clusters with an app on that source; one reconcile job per
 cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
 cluster never holds a worker another cluster needs), triggered by a new
 revision, by ``sync`` and by the drift interval (coalescing, jitter), with
@@ -28,13 +30,21 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from agent.config.load import check_access, load_config
-from agent.config.types import AGENT_DEFAULTS, SCHEDULE_JITTER, SCHEDULER_TICK, ClusterConfig, Config
-from agent.errors import ConfigError, SourceError
+from agent.config.types import (
+    AGENT_DEFAULTS,
+    DEFAULT_SOURCE,
+    SCHEDULE_JITTER,
+    SCHEDULER_TICK,
+    ClusterConfig,
+    Config,
+)
+from agent.errors import ConfigError
 from agent.model import PassState, Revision
 from agent.run.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
 from agent.run.server import HealthServer
+from agent.source.sources import SourceSet
 
 __all__ = [
     "BACKOFF_BASE",
@@ -89,22 +99,27 @@ class Daemon:
     def __init__(
         self,
         config: Config,
-        source: Any,
+        sources: SourceSet,
         fleet: Fleet,
         options: DaemonOptions | None = None,
         *,
-        source_factory: Callable[[Config], Any] | None = None,
+        source_factory: Callable[[Config], SourceSet] = SourceSet.from_config,
     ) -> None:
         self.config = config
-        self.source = source
+        self.sources = sources
         self.fleet = fleet
         self.opts = options or DaemonOptions.from_config(config)
+        #: Builds the sources of a reloaded config whose sources changed.
         self.source_factory = source_factory
         self.metrics = fleet.metrics
-        self.revision: Revision | None = None
+        #: Source name → the last revision it delivered (kept while its polls fail).
+        self.revisions: dict[str, Revision] = {}
+        #: Source name → why its last poll failed.
+        self.source_errors: dict[str, str] = {}
         self.last_tick = time.monotonic()
         self.source_attempted = False
-        self.source_error: str | None = None
+        self._polled: set[str] = set()
+        self._source_lock = threading.Lock()
         self.config_error: str | None = None
         self.stopping = False
         self._shut = ""
@@ -126,7 +141,7 @@ class Daemon:
             )
         fleet.fence = self._fence
         self.scheduler = BackgroundScheduler(
-            executors={n: ThreadPoolExecutor(max_workers=1) for n in ("default", "loop", "source", "reload")},
+            executors={n: ThreadPoolExecutor(max_workers=1) for n in ("default", "loop", "reload")},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone="UTC",
         )
@@ -151,12 +166,45 @@ class Daemon:
     def _not_ready(self) -> str | None:
         if self.stopping:
             return "shutting down"
-        return None if self.source_attempted else "first source fetch pending"
+        return None if self.source_attempted else "first poll of every source pending"
 
     def _fence(self, name: str) -> str | None:
         if self._shut:
             return self._shut
         return self.leases.may_write(name) if self.leases else None
+
+    @property
+    def revision(self) -> Revision | None:
+        """The revision the fleet's passes render: the default source's (see ``_fleet_source``)."""
+        name = self._fleet_source()
+        return self.revisions.get(name) if name else None
+
+    def _fleet_source(self) -> str | None:
+        """The one source a pass renders from until passes take a revision per source.
+
+        The default source, which every implicit app uses; without one, the first polled
+        source, so that clusters are reconciled as before apps (a config without a default
+        source has no implicit app, and the fleet renders no app of its own yet).
+        """
+        names = self.sources.names
+        if DEFAULT_SOURCE in names:
+            return DEFAULT_SOURCE
+        return names[0] if names else None
+
+    def _sources_json(self) -> list[dict[str, Any]]:
+        out = []
+        for name in self.sources.names:
+            src, rev = self.sources.source(name), self.revisions.get(name)
+            out.append(
+                {
+                    "name": name,
+                    "url": src.masked_url,
+                    "ref": src.config.ref,
+                    "revision": rev.sha if rev else None,
+                    "error": self.source_errors.get(name),
+                }
+            )
+        return out
 
     def status_json(self) -> dict[str, Any]:
         clusters = []
@@ -170,7 +218,8 @@ class Daemon:
             "agent": self.config.agent.name,
             "replica": self.leases.s.identity if self.leases else None,
             "revision": self.revision.sha if self.revision else None,
-            "source_error": self.source_error,
+            "source_error": "; ".join(self.source_errors.values()) or None,
+            "sources": self._sources_json(),
             "config_error": self.config_error,
             "stopping": self.stopping,
             "leases": self.leases.to_json() if self.leases else None,
@@ -200,15 +249,8 @@ class Daemon:
             self.health.start()
         if self.leases is not None:
             self.leases.start()
-        now = datetime.now(UTC)
-        self.scheduler.add_job(
-            self.poll,
-            "interval",
-            seconds=self.config.source.poll_interval,
-            id="source",
-            executor="source",
-            next_run_time=now,
-        )
+        for name in self.sources.names:
+            self._add_source_job(name)
         self.scheduler.add_job(self._tick, "interval", seconds=self.opts.tick, id="tick", executor="loop")
         if self.opts.reload_interval > 0 and self.config.file:
             self.scheduler.add_job(
@@ -237,8 +279,24 @@ class Daemon:
             next_run_time=None,  # paused until the first revision
         )
 
+    def _add_source_job(self, name: str) -> None:
+        """Poll ``name`` now, then every ``poll_interval``: each source alone, like each cluster."""
+        alias = f"source:{name}"
+        self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
+        self.scheduler.add_job(
+            self.poll,
+            "interval",
+            seconds=self.sources.source(name).config.poll_interval,
+            id=alias,
+            args=[name],
+            executor=alias,
+            next_run_time=datetime.now(UTC),
+        )
+
     def _remove_cluster_job(self, name: str) -> None:
-        alias = f"cluster:{name}"
+        self._remove_job(f"cluster:{name}")
+
+    def _remove_job(self, alias: str) -> None:
         if self.scheduler.get_job(alias) is not None:
             self.scheduler.remove_job(alias)
         try:
@@ -252,25 +310,44 @@ class Daemon:
         self.last_tick = time.monotonic()
         self.metrics.tick.set(time.time())
 
-    def poll(self) -> None:
+    def poll(self, name: str | None = None) -> None:
+        """Poll one source (every source when ``name`` is None); a new revision triggers the
+        clusters with an app on that source. A failed source keeps its last revision."""
+        sources = self.sources
         t0 = time.monotonic()
-        try:
-            rev = self.source.poll()
-            self.source_error = None
-            self.metrics.fetch_success.set(time.time())
-        except SourceError as e:
-            self.metrics.fetch_failures.inc()
-            self.source_error = str(e)
-            log.error("source poll failed; last good revision stays in force", error=str(e))
-            return
-        finally:
-            self.source_attempted = True
-            self.metrics.fetch_duration.observe(time.monotonic() - t0)
-        if self.revision is None or rev.sha != self.revision.sha:
-            log.info("new revision", revision=rev.short, subject=rev.subject)
-            self.revision = rev
-            for name in self.fleet.names():
-                self._schedule(name, datetime.now(UTC), f"new revision {rev.short}")
+        result = sources.poll(None if name is None else [name])
+        elapsed = time.monotonic() - t0
+        moved: set[str] = set()
+        with self._source_lock:
+            if sources is not self.sources:
+                return  # a reload replaced the sources meanwhile; the new set's jobs poll them now
+            for o in result.outcomes:
+                self._polled.add(o.name)
+                self.metrics.fetch_duration.labels(o.name).observe(elapsed)
+                if o.revision is None:
+                    self.metrics.fetch_failures.labels(o.name).inc()
+                    self.source_errors[o.name] = str(o)
+                    log.error(
+                        "source poll failed; last good revision stays in force",
+                        source=o.name,
+                        error=str(o.error),
+                    )
+                    continue
+                self.metrics.fetch_success.labels(o.name).set(time.time())
+                self.source_errors.pop(o.name, None)
+                previous = self.revisions.get(o.name)
+                if previous is None or previous.sha != o.revision.sha:
+                    self.revisions[o.name] = o.revision
+                    moved.add(o.name)
+                    log.info(
+                        "new revision", source=o.name, revision=o.revision.short, subject=o.revision.subject
+                    )
+            self.source_attempted = self.source_attempted or set(sources.names) <= self._polled
+        for cluster in self.fleet.names():
+            hit = sorted({a.source for a in self.config.apps_of(cluster)} & moved)
+            if hit:
+                revs = ", ".join(f"{n} {self.revisions[n].short}" for n in hit)
+                self._schedule(cluster, datetime.now(UTC), f"new revision {revs}")
 
     def reconcile(self, name: str) -> None:
         rev = self.revision
@@ -379,10 +456,12 @@ class Daemon:
         if new.agent != old.agent:
             log.warning("[agent] settings changed; they take effect after a restart")
             new = replace(new, agent=old.agent)
-        if new.source != old.source and self.source_factory is not None:
-            self.source = self.source_factory(new)
+        sources_changed = SourceSet.wanted(new) != SourceSet.wanted(old)
         added, removed, changed = self.fleet.update(new)
         self.config = new
+        if sources_changed:
+            # After the config: a new source's first poll triggers the clusters of its apps.
+            self._replace_sources(self.source_factory(new))
         for name in removed:
             self._remove_cluster_job(name)
         for c in new.clusters:
@@ -407,6 +486,23 @@ class Daemon:
         self.config_error = None
         self.metrics.reloads.labels("ok").inc()
         log.info("config reloaded", added=added, removed=removed, changed=changed)
+
+    def _replace_sources(self, fresh: SourceSet) -> None:
+        """Poll ``fresh`` from now on. A source whose settings changed keeps its last revision
+        in force until the new settings deliver one (as after a failed poll); a source no app
+        uses any more is forgotten."""
+        for name in self.sources.names:
+            self._remove_job(f"source:{name}")
+        with self._source_lock:
+            gone = set(self.sources.names) - set(fresh.names)
+            self.sources = fresh
+            for name in gone:
+                self.revisions.pop(name, None)
+                self.metrics.remove_source(name)
+            self.source_errors.clear()  # about the old settings; the first polls tell anew
+        for name in fresh.names:
+            self._add_source_job(name)
+        log.info("sources changed", sources=list(fresh.names))
 
     # -- shutdown -------------------------------------------------------------------
 

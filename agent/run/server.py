@@ -4,7 +4,7 @@
 the lease loop has not ticked for ``stuck_after`` seconds) — never because a
 cluster is failing (invariant 7: cluster failures show in ``/status``,
 metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
-the config is loaded and the first source fetch was attempted, and not while
+the config is loaded and every source was polled once, and not while
 shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what
 ``gitops-agent status`` prints); ``POST /sync?cluster=NAME`` asks for a pass
 now (``gitops-agent sync``). Started by ``scheduler.Daemon``; the recording
@@ -48,7 +48,7 @@ def conflicting(result: ClusterResult) -> int:
 
 
 class Metrics:
-    """Per-cluster series, in a registry of their own (tests create many agents in one process)."""
+    """Per-cluster and per-source series, in a registry of their own (tests make many agents)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -112,15 +112,17 @@ class Metrics:
             c,
             registry=r,
         )
+        s = ["source"]
         self.fetch_duration = Histogram(
-            "gitops_agent_source_fetch_duration_seconds", "Duration of one source poll.", registry=r
+            "gitops_agent_source_fetch_duration_seconds", "Duration of one source poll.", s, registry=r
         )
         self.fetch_failures = Counter(
-            "gitops_agent_source_failures_total", "Failed source polls.", registry=r
+            "gitops_agent_source_failures_total", "Failed source polls.", s, registry=r
         )
         self.fetch_success = Gauge(
             "gitops_agent_source_last_success_timestamp_seconds",
             "Unix time of the last good poll.",
+            s,
             registry=r,
         )
         self.tick = Gauge(
@@ -182,6 +184,12 @@ class Metrics:
                     metric.remove(*labels)
         with self._lock:
             self._revisions.pop(cluster, None)
+
+    def remove_source(self, source: str) -> None:
+        """Forget a source no app uses any more (a config reload): its series disappear."""
+        for metric in (self.fetch_duration, self.fetch_failures, self.fetch_success):
+            if (source,) in metric._metrics:
+                metric.remove(source)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -45,15 +45,26 @@ class ObjectUnreadable(Exception):
 
 
 @contextmanager
-def checkout_lock(checkouts: Path) -> Iterator[None]:
-    """Exclusive lock over ``checkouts/`` across threads' owners and processes (``flock``)."""
-    checkouts.mkdir(parents=True, exist_ok=True)
-    fd = os.open(checkouts / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+def file_lock(path: Path) -> Iterator[None]:
+    """Exclusive ``flock`` on ``path``: between processes, and between threads of one process.
+
+    Each call opens the file anew, and ``flock`` locks belong to the open file
+    description, so two threads of one process exclude each other as two processes do.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+@contextmanager
+def checkout_lock(checkouts: Path) -> Iterator[None]:
+    """Exclusive lock over ``checkouts/`` across threads' owners and processes (``flock``)."""
+    with file_lock(checkouts / ".lock"):
+        yield
 
 
 def materialize(repo: pygit2.Repository, commit: pygit2.Commit, checkouts: Path) -> Path:

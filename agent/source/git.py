@@ -15,7 +15,13 @@ repository that cannot be read is deleted and cloned again once per call.
 Layout under ``cache_dir``::
 
     repos/<name>-<hash>.git   bare cache repository, one per URL (credentials stripped)
-    checkouts/<sha>/          complete trees only; .tmp-*/.trash-* are work in progress
+    repos/<name>-<hash>.git.lock
+                              held for a whole poll or resolve: sources (and processes)
+                              sharing a URL take turns in the cache repository
+    checkouts/<sha>/          the default source's complete trees; .tmp-*/.trash-* are
+                              work in progress
+    checkouts-<source>/<sha>/ each other named source's, so one source's garbage
+                              collection never removes the tree another one hands out
 
 Network operations run in a killable child process (``agent.source.remote``),
 credentials and SSH host keys are handled by ``agent.source.auth``, signatures by
@@ -37,16 +43,16 @@ from typing import Any, Protocol
 import pygit2
 import structlog
 
-from agent.config.types import Config, SourceConfig
+from agent.config.types import DEFAULT_SOURCE, Config, SourceConfig
 from agent.errors import SourceError
 from agent.model import Revision
 from agent.source import remote as gitremote
 from agent.source.auth import is_local_url, load_credentials, mask_url, strip_credentials
-from agent.source.checkout import ObjectUnreadable, checkout_lock, collect, materialize
+from agent.source.checkout import ObjectUnreadable, checkout_lock, collect, file_lock, materialize
 from agent.source.remote import CacheCorrupt
 from agent.source.signature import SignatureVerifier
 
-__all__ = ["GitSource", "Logger", "cache_dir_for", "mask_url"]
+__all__ = ["GitSource", "Logger", "cache_dir_for", "checkouts_dir", "mask_url"]
 
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _UNSHALLOW = 2**31 - 1  # libgit2's GIT_FETCH_DEPTH_UNSHALLOW
@@ -84,16 +90,33 @@ def cache_dir_for(config: Config) -> Path:
     return Path(config.agent.cache_dir).expanduser() / "git"
 
 
+def checkouts_dir(cache_dir: Path, name: str = DEFAULT_SOURCE) -> Path:
+    """Where source ``name`` writes its checkouts: its own directory, so that garbage
+    collection (``keep_checkouts``, newest first) never counts or removes another
+    source's trees. The default source keeps the pre-sources ``checkouts/``."""
+    return cache_dir / ("checkouts" if name == DEFAULT_SOURCE else f"checkouts-{name}")
+
+
 class GitSource:
     """Delivers checked-out revisions of one repository; see the module docstring."""
 
-    def __init__(self, config: SourceConfig, cache_dir: Path, *, log: Logger | None = None) -> None:
+    def __init__(
+        self,
+        config: SourceConfig,
+        cache_dir: Path,
+        *,
+        name: str = DEFAULT_SOURCE,
+        log: Logger | None = None,
+    ) -> None:
         self.config = config
+        self.name = name
         self.url = config.url
         self.masked_url = mask_url(config.url)
         self.cache_dir = Path(cache_dir).expanduser()
         self.repo_dir = self.cache_dir / "repos" / _repo_name(config.url)
-        self.checkouts = self.cache_dir / "checkouts"
+        # Beside the repository, not in it: re-cloning a corrupt cache deletes the repository.
+        self.repo_lock = self.repo_dir.with_name(self.repo_dir.name + ".lock")
+        self.checkouts = checkouts_dir(self.cache_dir, name)
         self.log: Logger = log or structlog.get_logger("agent.source")
         self.fetch_count = 0
         self.last_error: SourceError | None = None
@@ -116,7 +139,7 @@ class GitSource:
 
     def poll(self) -> Revision:
         """Follow the configured ref; fetch only if it moved. Raises ``SourceError``."""
-        with self._lock:
+        with self._lock, file_lock(self.repo_lock):
             try:
                 revision = self._recovering(self._poll_once)
             except SourceError as e:
@@ -143,7 +166,7 @@ class GitSource:
 
     def resolve(self, ref: str) -> Revision:
         """Check out an arbitrary branch, tag, full ref or (short) SHA, with ``~n``/``^`` suffixes."""
-        with self._lock:
+        with self._lock, file_lock(self.repo_lock):
             return self._recovering(lambda: self._resolve_once(ref.strip()))
 
     # -- poll -------------------------------------------------------------------

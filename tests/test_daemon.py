@@ -26,7 +26,7 @@ from agent.dev import localcluster
 from agent.model import Outcome
 from tests.agentkit import Agent, make_repo, tracked, unique, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.test_daemon_kit import configmaps, free_port, status, tune, wait_for
+from tests.daemonkit import configmaps, free_port, status, tune, wait_for
 
 pytestmark = pytest.mark.cluster
 DURATION, RENEW, RETRY = 3, 2.0, 0.5

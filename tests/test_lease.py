@@ -21,7 +21,7 @@ from agent.run.lease import FencedClient, LeaseManager
 from agent.run.lease_settings import LeaseSettings
 from tests.agentkit import unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl
-from tests.test_daemon_kit import wait_for
+from tests.daemonkit import wait_for
 
 pytestmark = pytest.mark.cluster
 CLUSTERS = ["c1", "c2", "c3", "c4"]

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.dev.process import LocalCluster
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
-from tests.test_daemon_kit import (
+from tests.daemonkit import (
     HealthWatch,
     cluster_status,
     configmaps,

@@ -22,7 +22,7 @@ from agent.kube.client import KubeClient
 from agent.report.events import events_for
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.test_daemon_kit import cluster_status, configmaps, start_daemon, status, tune, wait_for
+from tests.daemonkit import cluster_status, configmaps, start_daemon, status, tune, wait_for
 
 pytestmark = pytest.mark.cluster
 

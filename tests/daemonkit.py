@@ -1,4 +1,4 @@
-"""Helpers for the daemon, scheduler, lease and health tests (no tests of its own).
+"""Helpers for the daemon, scheduler, lease and HTTP server tests (no tests of its own).
 
 A daemon in this process on real local clusters, with its HTTP server on a
 free loopback port; a watcher that polls ``/healthz`` for a whole test; small

@@ -1,4 +1,4 @@
-"""The HTTP endpoints and metrics without a cluster: liveness is the agent's (invariant 7).
+"""The agent's HTTP server (``agent/run/server.py``) without a cluster: liveness is the agent's (invariant 7).
 
 ``/healthz`` answers from the agent's own tick only; cluster failures are
 metrics with per-cluster series that the Prometheus text parser reads;

@@ -1,6 +1,6 @@
 """End to end on two real local clusters: Git commit → render → server-side apply.
 
-The walking skeleton of issue 2: both clusters get the commit; a label added
+One pass of the whole pipeline: both clusters get the commit; a label added
 with the pinned ``kubectl label`` survives the next reconcile (never revert
 what others own); a field changed in Git is applied; a stopped cluster fails
 alone with a readable reason (each cluster alone).

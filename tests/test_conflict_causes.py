@@ -4,7 +4,7 @@ After managedFields were cleared (the documented JSON patch, or a restore or
 migration leaving the same state), the object lists no managers, so the plan
 predicts no conflict; the server then synthesises ``before-first-apply`` for
 every field present and refuses a change to any of them. The re-plan reads the
-owners from the 409's ``FieldManagerConflict`` causes (invariant 5): the default
+owners from the 409's ``FieldManagerConflict`` causes (docs/safety.md rule 5): the default
 rules force over ``before-first-apply``; a rule yielding to it keeps its field.
 """
 

@@ -1,4 +1,4 @@
-"""Crash-safe inventory (invariant 10): kill `run --once` at random points, 20 times.
+"""Crash-safe inventory (docs/safety.md rule 10): kill `run --once` at random points, 20 times.
 
 Between kills Git grows and shrinks, so passes are interrupted while widening,
 applying, pruning and narrowing. After every kill, every object carrying our

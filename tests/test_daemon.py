@@ -4,7 +4,7 @@ Two processes share two clusters through Leases in a management cluster: no
 cluster is ever written by both (their JSON logs give every pass's start and
 end); one is killed and the other has its cluster within lease duration +
 retry period. SIGTERM during a pass: the process exits within its grace
-period and every object it applied is in the inventory (crash-safe, 10).
+period and every object it applied is in the inventory (crash-safe: docs/safety.md rule 10).
 """
 
 from __future__ import annotations

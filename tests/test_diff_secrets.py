@@ -1,4 +1,4 @@
-"""Invariant 11 for diff reports: no Secret value in any format, live or offline.
+"""docs/safety.md rule 11 for diff reports: no Secret value in any format, live or offline.
 
 Values are checked raw, base64-encoded and decoded, and the live Secret was
 created by client-side ``kubectl apply`` so its

@@ -1,4 +1,4 @@
-"""Who owns what, on a real API server (invariants 4, 5, 9 and adoption).
+"""Who owns what, on a real API server (docs/safety.md rules 4, 5, 9 and adoption).
 
 Foreign labels, annotations and HPA-owned replicas survive many reconciles;
 a hand edit of a Git-declared field is reverted and reported as drift;
@@ -213,7 +213,8 @@ def test_adopt_existing_objects_per_mode(
 def test_adopt_always_takes_membership_but_yields_fields_another_applier_owns(
     tmp_path: Path, cluster_pool: ClusterPool
 ) -> None:
-    """`always` adopts the object; invariant 5 still decides each conflicting field (default: yield)."""
+    """`always` adopts the object; docs/safety.md rule 5 still decides each conflicting field
+    (default: yield)."""
     a = cluster_pool["pool-a"]
     ns = unique("adopt")
     kubectl(a.kubeconfig, "create", "namespace", ns)

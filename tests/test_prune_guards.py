@@ -1,4 +1,4 @@
-"""Deletion only on positive evidence, on real API servers (invariants 1, 2, 3).
+"""Deletion only on positive evidence, on real API servers (docs/safety.md rules 1, 2, 3).
 
 For each fault — a cluster stopped mid-pass, revoked credentials, a kind whose
 LIST is forbidden, a render error, an empty render — an object removed from

@@ -1,4 +1,4 @@
-"""Re-adopt, don't recreate (invariant 8), after the two shapes a restore takes.
+"""Re-adopt, don't recreate (docs/safety.md rule 8), after the two shapes a restore takes.
 
 In place: managedFields stripped (``[{}]`` through a plain patch) and
 ownerReferences removed on 50 applied objects, a foreign label added — the

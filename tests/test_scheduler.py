@@ -1,4 +1,4 @@
-"""The daemon on real local clusters: each cluster alone (invariant 6), liveness is the agent's (7).
+"""The daemon on real local clusters: each cluster alone, liveness is the agent's (docs/safety.md rules 6, 7).
 
 A frozen (SIGSTOP) API server costs the other clusters nothing and is reported
 as timed out; revoked credentials and a wrong CA are clear errors in /status

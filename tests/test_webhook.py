@@ -1,4 +1,4 @@
-"""A mutating admission webhook does not make the agent fight it (issue 4; DESIGN.md invariant 4).
+"""A mutating admission webhook does not make the agent fight it (issue 4; docs/safety.md rule 4).
 
 A small HTTPS server on loopback (its own CA, made with ``cryptography``,
 served from a thread) is registered with a real API server through a

@@ -27,6 +27,9 @@ from agent.source.git import GitSource
 
 NO_LEASES = LeaseSettings(enabled=False)
 
+#: The ``daemons`` fixture: ``daemons(config, **options)`` is ``start_daemon``, stopped after the test.
+Daemons = Callable[..., Daemon]
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -72,6 +75,12 @@ def start_daemon(cfg: Config, **options: Any) -> Daemon:
     )
     d.start()
     return d
+
+
+def stop_daemon(daemon: Daemon) -> None:
+    """Stop ``daemon`` as the tests do (grace 2 s), unless it is stopped or stopping already."""
+    if not daemon.stopping:
+        daemon.stop(grace=2)
 
 
 def url(cfg: Config, path: str) -> str:

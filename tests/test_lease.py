@@ -9,7 +9,6 @@ stops writing at once; a fenced client refuses writes and still reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from agent.errors import ClusterError
 from agent.kube.client import KubeClient
 from agent.run.lease import FencedClient, LeaseManager
 from agent.run.lease_settings import LeaseSettings
-from tests.agentkit import unique
+from tests.agentkit import E2E, unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 from tests.daemonkit import wait_for
 
@@ -48,11 +47,10 @@ def _manager(mgmt: LocalCluster, ns: str, identity: str, agent: str) -> LeaseMan
 
 
 @pytest.fixture
-def lease_ns(cluster_pool: ClusterPool) -> Iterator[str]:
-    ns = unique("leases")
+def lease_ns(cluster_pool: ClusterPool, e2e: E2E) -> str:
+    ns = e2e.namespace("leases")
     kubectl(cluster_pool["pool-b"].kubeconfig, "create", "namespace", ns)
-    yield ns
-    kubectl(cluster_pool["pool-b"].kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    return ns
 
 
 def test_two_replicas_share_the_clusters_and_take_over_a_dead_ones_within_duration_plus_retry(

@@ -21,7 +21,7 @@ import pytest
 from agent.dev import localcluster
 from agent.model import Outcome
 from agent.render.binaries import tool
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -84,120 +84,111 @@ class DeleteWatch:
 
 
 def test_readopt_in_place_after_managed_fields_and_owner_references_were_stripped(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("restore")
+    ns = e2e.namespace("restore")
     repo = make_repo(tmp_path, objects(ns, 50))
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
     manager = agent.config.agent.name
-    try:
-        assert agent.reconcile()["pool-a"].count(Outcome.CREATED) == 51
-        before = list_cms(a.kubeconfig, ns)
-        owner = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": "cm00",
-            "uid": before["cm00"]["metadata"]["uid"],
-        }
-        for name in before:
-            # What a restore leaves: no managedFields, no ownerReferences, plus someone's label.
-            kubectl(
-                a.kubeconfig,
-                "patch",
-                "configmap",
-                name,
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                json.dumps({"metadata": {"ownerReferences": [owner]}}),
-            )
-            kubectl(
-                a.kubeconfig,
-                "patch",
-                "configmap",
-                name,
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                json.dumps(
-                    {
-                        "metadata": {
-                            "managedFields": [{}],
-                            "ownerReferences": None,
-                            "labels": {"restored-by": "velero"},
-                        }
-                    }
-                ),
-            )
-        stripped = list_cms(a.kubeconfig, ns)
-        assert all(
-            manager not in {e["manager"] for e in o["metadata"].get("managedFields", [])}
-            for o in stripped.values()
+    assert agent.reconcile()["pool-a"].count(Outcome.CREATED) == 51
+    before = list_cms(a.kubeconfig, ns)
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "cm00",
+        "uid": before["cm00"]["metadata"]["uid"],
+    }
+    for name in before:
+        # What a restore leaves: no managedFields, no ownerReferences, plus someone's label.
+        kubectl(
+            a.kubeconfig,
+            "patch",
+            "configmap",
+            name,
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            json.dumps({"metadata": {"ownerReferences": [owner]}}),
         )
+        kubectl(
+            a.kubeconfig,
+            "patch",
+            "configmap",
+            name,
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            json.dumps(
+                {
+                    "metadata": {
+                        "managedFields": [{}],
+                        "ownerReferences": None,
+                        "labels": {"restored-by": "velero"},
+                    }
+                }
+            ),
+        )
+    stripped = list_cms(a.kubeconfig, ns)
+    assert all(
+        manager not in {e["manager"] for e in o["metadata"].get("managedFields", [])}
+        for o in stripped.values()
+    )
 
-        watch = DeleteWatch(a.kubeconfig, ns)
-        r = agent.reconcile()["pool-a"]
-        deleted = watch.deleted()
-        assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
-        assert deleted == []
-        after = list_cms(a.kubeconfig, ns)
-        for name, obj in after.items():
-            meta = obj["metadata"]
-            assert meta["uid"] == before[name]["metadata"]["uid"]
-            assert meta["labels"]["restored-by"] == "velero"
-            assert any(e["manager"] == manager and e["operation"] == "Apply" for e in meta["managedFields"])
-        # And converged: the pass after is a no-op.
-        assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 51
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    watch = DeleteWatch(a.kubeconfig, ns)
+    r = agent.reconcile()["pool-a"]
+    deleted = watch.deleted()
+    assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
+    assert deleted == []
+    after = list_cms(a.kubeconfig, ns)
+    for name, obj in after.items():
+        meta = obj["metadata"]
+        assert meta["uid"] == before[name]["metadata"]["uid"]
+        assert meta["labels"]["restored-by"] == "velero"
+        assert any(e["manager"] == manager and e["operation"] == "Apply" for e in meta["managedFields"])
+    # And converged: the pass after is a no-op.
+    assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 51
 
 
 def test_readopt_objects_a_restore_tool_recreated_under_its_own_manager(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("restore")
+    ns = e2e.namespace("restore")
     repo = make_repo(tmp_path, objects(ns, 10))
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
     manager = agent.config.agent.name
-    try:
-        assert agent.reconcile()["pool-a"].ok
-        saved = list_cms(a.kubeconfig, ns)
-        kubectl(a.kubeconfig, "delete", "configmaps", "-n", ns, *saved)
-        for obj in saved.values():
-            meta = obj["metadata"]
-            clean = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "data": obj["data"],
-                "metadata": {"name": meta["name"], "namespace": ns, "labels": meta["labels"]},
-            }
-            localcluster.kubectl(
-                a.kubeconfig, "create", "--field-manager=velero", "-f", "-", stdin=json.dumps(clean)
-            )
-        recreated = list_cms(a.kubeconfig, ns)
-        assert all(recreated[n]["metadata"]["uid"] != saved[n]["metadata"]["uid"] for n in saved)
+    assert agent.reconcile()["pool-a"].ok
+    saved = list_cms(a.kubeconfig, ns)
+    kubectl(a.kubeconfig, "delete", "configmaps", "-n", ns, *saved)
+    for obj in saved.values():
+        meta = obj["metadata"]
+        clean = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "data": obj["data"],
+            "metadata": {"name": meta["name"], "namespace": ns, "labels": meta["labels"]},
+        }
+        localcluster.kubectl(
+            a.kubeconfig, "create", "--field-manager=velero", "-f", "-", stdin=json.dumps(clean)
+        )
+    recreated = list_cms(a.kubeconfig, ns)
+    assert all(recreated[n]["metadata"]["uid"] != saved[n]["metadata"]["uid"] for n in saved)
 
-        watch = DeleteWatch(a.kubeconfig, ns)
-        r = agent.reconcile()["pool-a"]
-        assert watch.deleted() == []
-        assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
-        after = list_cms(a.kubeconfig, ns)
-        for name, obj in after.items():
-            assert obj["metadata"]["uid"] == recreated[name]["metadata"]["uid"]
-            assert any(
-                e["manager"] == manager and e["operation"] == "Apply"
-                for e in obj["metadata"]["managedFields"]
-            )
+    watch = DeleteWatch(a.kubeconfig, ns)
+    r = agent.reconcile()["pool-a"]
+    assert watch.deleted() == []
+    assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
+    after = list_cms(a.kubeconfig, ns)
+    for name, obj in after.items():
+        assert obj["metadata"]["uid"] == recreated[name]["metadata"]["uid"]
+        assert any(
+            e["manager"] == manager and e["operation"] == "Apply" for e in obj["metadata"]["managedFields"]
+        )
 
-        repo.commit(objects(ns, 10, value="v2"))
-        changed = agent.reconcile()["pool-a"]
-        assert changed.ok and changed.count(Outcome.CONFIGURED) == 10
-        assert {o["data"]["k"] for o in list_cms(a.kubeconfig, ns).values()} == {"v2"}
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    repo.commit(objects(ns, 10, value="v2"))
+    changed = agent.reconcile()["pool-a"]
+    assert changed.ok and changed.count(Outcome.CONFIGURED) == 10
+    assert {o["data"]["k"] for o in list_cms(a.kubeconfig, ns).values()} == {"v2"}

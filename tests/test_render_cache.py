@@ -22,8 +22,8 @@ from agent.model import DesiredSet
 from agent.render import renderer as render_module
 from agent.render.binaries import tool
 from agent.render.renderer import RenderCache, RenderSpec, render
-from tests.agentkit import Agent, make_repo, unique, write_config
-from tests.clusters import ClusterPool, kubectl
+from tests.agentkit import E2E, make_repo, write_config
+from tests.clusters import ClusterPool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 PLAIN_VARS = {"NAMESPACE": "shop", "WEB_REPLICAS": "3", "NGINX_TAG": "1.27"}
@@ -176,8 +176,10 @@ data: {{k: v}}
 
 
 @pytest.mark.cluster
-def test_render_shared_between_clusters_is_never_mutated(tmp_path: Path, cluster_pool: ClusterPool) -> None:
-    ns = unique("shared-render")
+def test_render_shared_between_clusters_is_never_mutated(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    ns = e2e.namespace("shared-render")
     repo = make_repo(tmp_path, {"app/objects.yaml": CONFIG_MAPS.format(ns=ns)})
     config = write_config(
         tmp_path,
@@ -187,19 +189,14 @@ def test_render_shared_between_clusters_is_never_mutated(tmp_path: Path, cluster
         defaults=f'default_namespace = "{ns}"',
         cluster_extra='vars = { N = "2" }',
     )
-    agent = Agent(config)
-    try:
-        reconcilers = agent.fleet.reconcilers
-        assert reconcilers["pool-a"].render_cache is reconcilers["pool-b"].render_cache
-        for _ in range(2):  # the apply pass, then a pass served from the shared cache
-            results = agent.reconcile()
-            assert all(r.ok for r in results.values()), {n: r.error for n, r in results.items()}
-        revision = agent.revision()
-        a, b = (reconcilers[n].render(revision) for n in ("pool-a", "pool-b"))
-        assert a.objects is b.objects and (a.cluster, b.cluster) == ("pool-a", "pool-b")
-        fresh = render(revision.tree, RenderSpec("x", ("app",), {"N": "2"}), revision=revision.sha)
-        assert [o.manifest for o in a.objects] == [o.manifest for o in fresh.objects]
-    finally:
-        agent.close()
-        for name in ("pool-a", "pool-b"):
-            kubectl(cluster_pool[name].kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(config)
+    reconcilers = agent.fleet.reconcilers
+    assert reconcilers["pool-a"].render_cache is reconcilers["pool-b"].render_cache
+    for _ in range(2):  # the apply pass, then a pass served from the shared cache
+        results = agent.reconcile()
+        assert all(r.ok for r in results.values()), {n: r.error for n, r in results.items()}
+    revision = agent.revision()
+    a, b = (reconcilers[n].render(revision) for n in ("pool-a", "pool-b"))
+    assert a.objects is b.objects and (a.cluster, b.cluster) == ("pool-a", "pool-b")
+    fresh = render(revision.tree, RenderSpec("x", ("app",), {"N": "2"}), revision=revision.sha)
+    assert [o.manifest for o in a.objects] == [o.manifest for o in fresh.objects]

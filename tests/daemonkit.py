@@ -2,7 +2,7 @@
 
 A daemon in this process on real local clusters, with its HTTP server on a
 free loopback port; a watcher that polls ``/healthz`` for a whole test; small
-manifests; polling with a deadline.
+manifests. Waiting with a deadline is ``tests/waiting.py``'s ``wait_for``.
 """
 
 from __future__ import annotations
@@ -106,17 +106,6 @@ def status(cfg: Config) -> dict[str, Any]:
 def cluster_status(cfg: Config, name: str) -> dict[str, Any]:
     doc = status(cfg)
     return next(c for c in doc["clusters"] if c["cluster"] == name)
-
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    end = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < end:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
 
 
 class HealthWatch:

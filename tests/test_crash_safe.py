@@ -76,7 +76,7 @@ def test_crash_safe_inventory_survives_20_kills_at_random_points(
         proc = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        time.sleep(rng.uniform(0.1, 0.95) * duration)
+        time.sleep(rng.uniform(0.1, 0.95) * duration)  # on purpose: a random point of the pass
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1

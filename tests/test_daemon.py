@@ -26,7 +26,8 @@ from agent.dev import localcluster
 from agent.model import Outcome
 from tests.agentkit import E2E, make_repo, tracked, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.daemonkit import configmaps, free_port, status, tune, wait_for
+from tests.daemonkit import configmaps, free_port, status, tune
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 DURATION, RENEW, RETRY = 3, 2.0, 0.5
@@ -213,15 +214,19 @@ def test_crash_safe_sigterm_in_the_middle_of_a_pass_exits_within_grace_and_leave
     e2e.at_end(lambda: _stop(proc))
     parent = f"/api/v1/namespaces/{cfg.agent.namespace}/configmaps/{cfg.agent.name}"
     wait_for("inventory widened", lambda: localcluster.api_request(a, "GET", parent)[0] == 200, 60, 0.05)
-    time.sleep(0.5)
+    selector = f"{PART_OF}={applyset_id(cfg.agent.name, cfg.agent.namespace)}"
+    ours = f"/api/v1/namespaces/{ns}/configmaps?labelSelector={selector}"
+    wait_for(
+        "the pass to apply some objects",
+        lambda: localcluster.api_request(a, "GET", f"{ours}&limit=1")[1].get("items"),
+        60,
+        0.05,
+    )
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     assert proc.wait(grace + 10) == 0, log.read_text()[-3000:]
     exited = time.monotonic() - sent
-    selector = f"{PART_OF}={applyset_id(cfg.agent.name, cfg.agent.namespace)}"
-    _, body = localcluster.api_request(
-        a, "GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector={selector}"
-    )
+    _, body = localcluster.api_request(a, "GET", ours)
     applied = {i["metadata"]["name"] for i in body["items"]}
     members = {k.name for k in tracked(cfg) if k.kind == "ConfigMap" and k.namespace == ns}
     print(

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from agent.model import ClusterResult, Outcome
 from agent.render.binaries import tool
 from tests.agentkit import E2E, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -317,19 +317,18 @@ def test_probe_paths_and_port_are_the_ones_the_running_agent_serves(
         )
     agent_process.append(proc)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    status: Doc = {}
-    while time.monotonic() < deadline:
+
+    def first_pass_done() -> Doc | None:
         assert proc.poll() is None, log.read_text()
         try:
             code, body = http_get(base + "/status")
-            status = json.loads(body)
-            if code == 200 and status["clusters"][0]["result"] != "pending":
-                break
+            status: Doc = json.loads(body)
         except (OSError, ValueError):
-            pass
-        time.sleep(0.3)
-    assert status.get("clusters", [{}])[0].get("result") == "ok", (status, log.read_text()[-3000:])
+            return None
+        return status if code == 200 and status["clusters"][0]["result"] != "pending" else None
+
+    status = wait_for("the agent's first pass", first_pass_done, 90, interval=0.3)
+    assert status["clusters"][0]["result"] == "ok", (status, log.read_text()[-3000:])
 
     dep = one(build(MANIFESTS), "Deployment")
     c = dep["spec"]["template"]["spec"]["containers"][0]

@@ -20,7 +20,7 @@ from agent.run.lease import FencedClient, LeaseManager
 from agent.run.lease_settings import LeaseSettings
 from tests.agentkit import E2E, unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl
-from tests.daemonkit import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 CLUSTERS = ["c1", "c2", "c3", "c4"]
@@ -74,7 +74,7 @@ def test_two_replicas_share_the_clusters_and_take_over_a_dead_ones_within_durati
             return len(mine) == 2 and len(theirs) == 2
 
         wait_for("an even split", split, 20, interval=0.05)
-        for _ in range(40):  # stays split, never both
+        for _ in range(40):  # stays split, never both: 2 s pass on purpose, looked at every 50 ms
             assert split()
             time.sleep(0.05)
         assert not overlaps, overlaps

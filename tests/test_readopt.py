@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,20 @@ def list_cms(kubeconfig: Path, ns: str) -> dict[str, dict[str, Any]]:
 
 
 class DeleteWatch:
-    """``kubectl get --watch`` in the background: records every DELETED event in a namespace."""
+    """``kubectl get --watch`` on a namespace's ConfigMaps for the ``with`` block: ``deleted`` names
+    every ConfigMap deleted meanwhile.
+
+    kubectl lists first and then watches from that listing's resourceVersion, so once the listing
+    is printed no later event can be missed, however late the watch connects. At the end a
+    sentinel ConfigMap is created and awaited: every event before it has been delivered too.
+    """
+
+    SENTINEL = "watch-sentinel"  # not a name ``list_cms`` returns
 
     def __init__(self, kubeconfig: Path, ns: str) -> None:
+        self.kubeconfig, self.ns = kubeconfig, ns
+        self.deleted: list[str] = []
+        self._listed, self._caught_up = threading.Event(), threading.Event()
         self.proc = subprocess.Popen(
             [
                 str(tool("kubectl")),
@@ -57,7 +68,7 @@ class DeleteWatch:
                 "configmaps",
                 "-n",
                 ns,
-                "--watch-only",
+                "--watch",
                 "--output-watch-events",
                 "-o",
                 "json",
@@ -66,21 +77,40 @@ class DeleteWatch:
             stderr=subprocess.DEVNULL,
             text=True,
         )
-        time.sleep(1.0)  # the watch must be established before the pass starts
+        self._reader = threading.Thread(target=self._read, daemon=True)
 
-    def deleted(self) -> list[str]:
+    def __enter__(self) -> DeleteWatch:
+        self._reader.start()
+        if not self._listed.wait(30):
+            self._stop()
+            raise AssertionError(f"kubectl printed no listing of {self.ns} within 30s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if exc[0] is None:
+                kubectl(self.kubeconfig, "create", "configmap", self.SENTINEL, "-n", self.ns)
+                assert self._caught_up.wait(30), "the watch did not deliver the sentinel within 30s"
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
         self.proc.terminate()
-        out, _ = self.proc.communicate(timeout=10)
-        decoder, pos, names = json.JSONDecoder(), 0, []
-        text = out.strip()
-        while pos < len(text):
-            event, end = decoder.raw_decode(text, pos)
-            if event.get("type") == "DELETED":
-                names.append(event["object"]["metadata"]["name"])
-            pos = end
-            while pos < len(text) and text[pos].isspace():
-                pos += 1
-        return names
+        self.proc.wait(10)
+        self._reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # one event a line: {"type": ..., "object": ...}
+            event = json.loads(line)
+            name = event["object"]["metadata"]["name"]
+            if event["type"] == "DELETED":
+                self.deleted.append(name)
+            if name == self.SENTINEL:
+                self._caught_up.set()
+            self._listed.set()
 
 
 def test_readopt_in_place_after_managed_fields_and_owner_references_were_stripped(
@@ -137,11 +167,10 @@ def test_readopt_in_place_after_managed_fields_and_owner_references_were_strippe
         for o in stripped.values()
     )
 
-    watch = DeleteWatch(a.kubeconfig, ns)
-    r = agent.reconcile()["pool-a"]
-    deleted = watch.deleted()
+    with DeleteWatch(a.kubeconfig, ns) as watch:
+        r = agent.reconcile()["pool-a"]
     assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
-    assert deleted == []
+    assert watch.deleted == []
     after = list_cms(a.kubeconfig, ns)
     for name, obj in after.items():
         meta = obj["metadata"]
@@ -177,9 +206,9 @@ def test_readopt_objects_a_restore_tool_recreated_under_its_own_manager(
     recreated = list_cms(a.kubeconfig, ns)
     assert all(recreated[n]["metadata"]["uid"] != saved[n]["metadata"]["uid"] for n in saved)
 
-    watch = DeleteWatch(a.kubeconfig, ns)
-    r = agent.reconcile()["pool-a"]
-    assert watch.deleted() == []
+    with DeleteWatch(a.kubeconfig, ns) as watch:
+        r = agent.reconcile()["pool-a"]
+    assert watch.deleted == []
     assert r.ok and r.count(Outcome.CREATED) == 0 and r.count(Outcome.PRUNED) == 0
     after = list_cms(a.kubeconfig, ns)
     for name, obj in after.items():

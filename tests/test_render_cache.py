@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -113,28 +112,44 @@ def test_concurrent_clusters_render_a_missing_entry_once(
 ) -> None:
     tree = _plain(tmp_path)
     calls: list[str] = []
+    rendering, finish = threading.Event(), threading.Event()
 
-    def slow_render(tree: Path, spec: RenderSpec, **kw: Any) -> DesiredSet:
+    def held_render(tree: Path, spec: RenderSpec, **kw: Any) -> DesiredSet:
         calls.append(spec.cluster)
-        time.sleep(0.3)
+        rendering.set()
+        assert finish.wait(30), "the test never let the render finish"
         return render(tree, spec, **kw)
 
-    monkeypatch.setattr(render_module, "render", slow_render)
+    monkeypatch.setattr(render_module, "render", held_render)
     cache = RenderCache()
+    missed = {n: threading.Event() for n in ("b", "c")}
+    lookup = cache.get
+
+    def get(revision: str, spec: RenderSpec) -> DesiredSet | None:
+        found = lookup(revision, spec)
+        if found is None and spec.cluster in missed:
+            missed[spec.cluster].set()
+        return found
+
+    monkeypatch.setattr(cache, "get", get)
     out: dict[str, DesiredSet] = {}
-    threads = [
-        threading.Thread(
-            target=lambda n=n: out.__setitem__(
-                n, cache.render(tree, RenderSpec(n, ("plain",), PLAIN_VARS), revision="r")
-            )
-        )
-        for n in ("a", "b", "c")
-    ]
-    for t in threads:
+
+    def ask(cluster: str) -> None:
+        out[cluster] = cache.render(tree, RenderSpec(cluster, ("plain",), PLAIN_VARS), revision="r")
+
+    threads = [threading.Thread(target=ask, args=("a",))]
+    threads[0].start()
+    assert rendering.wait(30), "the first cluster never started rendering"
+    threads += [threading.Thread(target=ask, args=(n,)) for n in missed]
+    for t in threads[1:]:
         t.start()
+    # The others asked and found no entry while the first render ran: they wait for it, not render.
+    for n, event in missed.items():
+        assert event.wait(30), f"cluster {n} never asked for the render"
+    finish.set()
     for t in threads:
-        t.join()
-    assert len(calls) == 1
+        t.join(30)
+    assert calls == ["a"]
     assert out["a"].objects is out["b"].objects is out["c"].objects
     assert {ds.cluster for ds in out.values()} == {"a", "b", "c"}
 

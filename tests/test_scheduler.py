@@ -29,8 +29,8 @@ from tests.daemonkit import (
     http,
     tune,
     url,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -296,7 +296,8 @@ def test_liveness_a_cluster_flapping_for_30_compressed_minutes_backs_off_and_nev
         end = time.monotonic() + 30
         down = True
         while time.monotonic() < end:
-            # Down for 10 "minutes", up for 3: mostly failing, now and then a success.
+            # Down for 10 "minutes", up for 3: mostly failing, now and then a success. The sleep is
+            # the flapping itself (time passing on purpose), not a wait for something.
             (cluster_ctl.freeze if down else cluster_ctl.thaw)(flappy)
             time.sleep(10.0 if down else 3.0)
             down = not down

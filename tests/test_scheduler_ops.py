@@ -22,7 +22,8 @@ from agent.kube.client import KubeClient
 from agent.report.events import events_for
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.daemonkit import Daemons, cluster_status, configmaps, status, tune, wait_for
+from tests.daemonkit import Daemons, cluster_status, configmaps, status, tune
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -59,7 +60,7 @@ def test_config_reload_adds_a_cluster_and_removing_one_deletes_nothing_in_it(
     wait_for("pool-a gone", lambda: [c["cluster"] for c in status(only_a)["clusters"]] == ["pool-b"], 30)
     assert "pool-a" not in daemon.fleet.status
     assert daemon.scheduler.get_job("cluster:pool-a") is None
-    time.sleep(1.0)
+    time.sleep(1.0)  # on purpose: a second in which a wrong agent would delete it; nothing to wait for
     assert _cm(a.kubeconfig, ns, "settings")["metadata"]["uid"] == uid  # type: ignore[index]
     metrics = daemon.metrics.render().decode()
     assert 'cluster="pool-a"' not in metrics and 'cluster="pool-b"' in metrics

@@ -1,4 +1,4 @@
-"""Benchmark 6: a frozen cluster must not slow the others (invariant 6), measured.
+"""Benchmark 6: a frozen cluster must not slow the others (docs/safety.md rule 6), measured.
 
 Called by ``benchmarks.__main__`` (``python -m benchmarks isolation``).
 

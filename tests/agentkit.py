@@ -1,13 +1,16 @@
-"""Helpers for end-to-end tests: a real Git repository, a config, and the fleet.
+"""Helpers for end-to-end tests: a real Git repository, a config, the fleet, and their teardown.
 
 Each test gets its own agent name (so its own field manager and ApplySet
-parent) and its own namespaces, so tests can share the pool clusters.
+parent) and its own namespaces, so tests can share the pool clusters. The
+``e2e`` fixture (``E2E``) hands out both and undoes them after the test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
@@ -17,12 +20,14 @@ import yaml
 from agent.apply.inventory import InventoryStore
 from agent.config.load import load_config
 from agent.config.types import Config
+from agent.dev import localcluster
 from agent.dev.demo import commit_directory
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
 from agent.model import ClusterResult, ObjectKey, Outcome, Revision
 from agent.run.fleet import Fleet
 from agent.source.git import GitSource
+from tests.clusters import ClusterPool, kubectl
 
 
 def unique(prefix: str) -> str:
@@ -142,3 +147,68 @@ def manifests(*docs: str) -> str:
 
 def dump(obj: object) -> str:
     return yaml.safe_dump(obj, sort_keys=False)
+
+
+class E2E:
+    """What an end-to-end test leaves on the pool clusters and in this process, undone after it.
+
+    ``teardown`` (run by the ``e2e`` fixture, whether the test passed or not) first runs what
+    was registered to run at the end, newest first: closing agents, stopping daemons; then
+    deletes the registered objects and the namespaces the test was given, on every pool cluster
+    (not waited for: the namespace controller finishes them in the background). It runs after
+    ``cluster_ctl`` has thawed and restarted the clusters the test froze or stopped. A failing
+    step does not keep the others from running; the first error is raised at the end.
+    """
+
+    def __init__(self, pool: ClusterPool | None) -> None:
+        self._pool = pool
+        self._at_end: list[Callable[[], object]] = []
+        self._objects: list[tuple[LocalCluster, tuple[str, ...]]] = []
+        self._namespaces: list[str] = []
+
+    def namespace(self, prefix: str) -> str:
+        """A unique namespace name (``<prefix>-<hex>``), deleted from every pool cluster after the test.
+
+        Only from the pool's: a test of fresh clusters only leaves nothing behind (they are deleted).
+        """
+        name = unique(prefix)
+        self._namespaces.append(name)
+        return name
+
+    def delete_namespace_after(self, name: str) -> str:
+        """Delete the namespace ``name`` (which the test named itself) from every pool cluster after it."""
+        self._namespaces.append(name)
+        return name
+
+    def delete_after(self, cluster: LocalCluster, *what: str) -> None:
+        """``kubectl delete <what>`` on ``cluster`` after the test: cluster-scoped objects, or others
+        outside the test's namespaces (``"clusterrole", name``; ``"role,rolebinding", name, "-n", ns``)."""
+        self._objects.append((cluster, what))
+
+    def at_end(self, step: Callable[[], object]) -> None:
+        """Run ``step`` after the test, before anything is deleted (newest first)."""
+        self._at_end.append(step)
+
+    def agent(self, config: Config) -> Agent:
+        """An ``Agent`` serving ``config``, closed after the test (closing it earlier is harmless)."""
+        agent = Agent(config)
+        self.at_end(agent.close)
+        return agent
+
+    def teardown(self) -> None:
+        errors: list[BaseException] = []
+        for step in reversed(self._at_end):
+            try:
+                step()
+            except Exception as e:  # every step runs; the first failure is raised below
+                errors.append(e)
+        for cluster, what in self._objects:
+            kubectl(cluster.kubeconfig, "delete", *what, "--ignore-not-found", "--wait=false", check=False)
+        pool = self._pool.all if self._pool is not None else ()
+        for name in self._namespaces:
+            for cluster in pool:  # the pool's current handles: cluster_ctl may have restarted one
+                # A cluster still down (its restart failed) has nothing left to clean.
+                with contextlib.suppress(OSError):
+                    localcluster.api_request(cluster, "DELETE", f"/api/v1/namespaces/{name}")
+        if errors:
+            raise errors[0]

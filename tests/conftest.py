@@ -6,6 +6,9 @@
 - ``fresh_cluster`` (function): a factory of clusters of the test's own, for destructive tests.
 - ``cluster_ctl`` (function): stop / start / restart / freeze / thaw clusters, issue and revoke
   ServiceAccount tokens; undoes freezes and restarts stopped pool clusters afterwards.
+- ``e2e`` (function): agents, namespace names and daemons for end-to-end tests
+  (``tests/agentkit.py``'s ``E2E``), closed, stopped and deleted after the test, after
+  ``cluster_ctl``'s undoing; ``daemons`` starts ``Daemon``s in this process that ``e2e`` stops.
 
 Missing binaries fail these fixtures with the install hint; they never skip.
 """
@@ -16,12 +19,16 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent.config.types import Config
 from agent.dev import localcluster
 from agent.dev.process import LocalCluster
-from tests import clusters
+from agent.run.scheduler import Daemon
+from tests import clusters, daemonkit
+from tests.agentkit import E2E
 from tests.clusters import ClusterControl, ClusterPool, TestNamespace
 
 _fresh_names = itertools.count(1)
@@ -78,9 +85,35 @@ def fresh_cluster(cluster_state_dir: Path) -> Iterator[Callable[[], LocalCluster
 
 
 @pytest.fixture
+def e2e(request: pytest.FixtureRequest) -> Iterator[E2E]:
+    """Agents and namespaces of an end-to-end test, closed and deleted after it."""
+    # The pool only if this test already uses it: a fresh-cluster test must not start the pool.
+    pool = request.getfixturevalue("cluster_pool") if "cluster_pool" in request.fixturenames else None
+    undo = E2E(pool)
+    yield undo
+    undo.teardown()
+
+
+@pytest.fixture
+def daemons(e2e: E2E) -> daemonkit.Daemons:
+    """``daemons(config, **options)``: ``daemonkit.start_daemon``, stopped (grace 2 s) after the test."""
+
+    def start(config: Config, **options: Any) -> Daemon:
+        daemon = daemonkit.start_daemon(config, **options)
+        e2e.at_end(lambda: daemonkit.stop_daemon(daemon))
+        return daemon
+
+    return start
+
+
+@pytest.fixture
 def cluster_ctl(request: pytest.FixtureRequest) -> Iterator[ClusterControl]:
     # The pool only if this test already uses it: a fresh-cluster test must not start the pool.
     pool = request.getfixturevalue("cluster_pool") if "cluster_pool" in request.fixturenames else None
+    if "e2e" in request.fixturenames:
+        # Set up first so that it is torn down last: namespaces are deleted (and daemons stopped)
+        # once frozen clusters are thawed and stopped ones started again.
+        request.getfixturevalue("e2e")
     ctl = ClusterControl(pool)
     yield ctl
     ctl.cleanup()

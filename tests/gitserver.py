@@ -22,7 +22,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +32,7 @@ import pytest
 
 from agent.config.types import SourceAuth, SourceConfig, SourceVerify
 from agent.source.git import GitSource
+from tests.waiting import wait_for
 
 GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -322,18 +322,21 @@ class SshServer:
         self._wait()
 
     def _wait(self) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 stderr = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"sshd exited: {stderr}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
             except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("sshd did not start listening")
+                return False
+            return True
+
+        try:
+            wait_for("sshd to listen", listening, 10, interval=0.05)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError("sshd did not start listening") from None
 
     def known_hosts_line(self) -> str:
         public = Path(f"{self.host_key}.pub").read_text().split()

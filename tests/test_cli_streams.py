@@ -27,7 +27,8 @@ import yaml
 
 from tests import clusters
 from tests.agentkit import Repo, make_repo, unique, write_config
-from tests.test_daemon_kit import configmaps, http, tune, url, wait_for
+from tests.daemonkit import configmaps, http, tune, url
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -23,7 +23,7 @@ from agent.errors import ConfigError
 from agent.run.fleet import Fleet
 from agent.run.scheduler import Daemon, DaemonOptions
 from tests.agentkit import Repo, make_repo
-from tests.test_daemon_kit import NO_LEASES
+from tests.daemonkit import NO_LEASES
 
 FILES = {
     "clusters/prod/app.yaml": """

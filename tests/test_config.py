@@ -34,7 +34,7 @@ kubeconfig = "kc"
 path = "clusters/a"
 """
 
-#: Invariant 5 (DESIGN.md) and docs/configuration.md, in order: yield to anything writing through
+#: docs/safety.md rule 5 and docs/configuration.md, in order: yield to anything writing through
 #: `scale` and to kube-controller-manager; force over kubectl, kubectl-*, before-first-apply, velero*.
 DOCUMENTED_CONFLICT_RULES = (
     ConflictRule(manager="*", operation="*", subresource="scale", action="yield"),

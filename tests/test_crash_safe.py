@@ -1,4 +1,4 @@
-"""Crash-safe inventory (invariant 10): kill `run --once` at random points, 20 times.
+"""Crash-safe inventory (docs/safety.md rule 10): kill `run --once` at random points, 20 times.
 
 Between kills Git grows and shrinks, so passes are interrupted while widening,
 applying, pruning and narrowing. After every kill, every object carrying our
@@ -22,7 +22,7 @@ import pytest
 from agent.apply.inventory import PART_OF, InventoryStore
 from agent.kube.client import KubeClient
 from agent.model import ObjectKey, Outcome
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -45,10 +45,10 @@ def labelled(kubeconfig: Path, ns: str, inventory_id: str) -> set[ObjectKey]:
 
 
 def test_crash_safe_inventory_survives_20_kills_at_random_points(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("crash")
+    ns = e2e.namespace("crash")
     rng = random.Random(20261202)
     universe = [f"cm{i:02d}" for i in range(60)]
     current = universe[:30]
@@ -56,52 +56,43 @@ def test_crash_safe_inventory_survives_20_kills_at_random_points(
     # The brake would (rightly) stop big random removals; this test is about the inventory.
     cfg = write_config(tmp_path, repo, {"pool-a": a}, defaults="max_prune_fraction = 1.0\nconcurrency = 1")
     client = KubeClient.connect("pool-a", kubeconfig=str(a.kubeconfig))
+    e2e.at_end(client.close)
     store = InventoryStore(
         client, name=cfg.agent.name, namespace=cfg.agent.namespace, field_manager=cfg.agent.name
     )
     kills = 0
     argv = [sys.executable, "-m", "agent.cli", "run", "--once", "--config", cfg.file]
-    try:
-        # How long an uninterrupted pass takes here: kills land anywhere inside one.
-        start = time.monotonic()
-        first = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
-        assert first.returncode == 0, first.stdout + first.stderr
-        duration = time.monotonic() - start
-        attempts = 0
-        while kills < 20 and attempts < 60:
-            attempts += 1
-            current = sorted(rng.sample(universe, rng.randint(10, 55)))
-            repo.commit(objects(ns, current), f"{len(current)} objects")
-            started = time.monotonic()
-            proc = subprocess.Popen(
-                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-            )
-            time.sleep(rng.uniform(0.1, 0.95) * duration)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                kills += 1
-            else:
-                # Finished before the kill: passes are quicker than measured; aim earlier next time.
-                duration = min(duration, time.monotonic() - started)
-            proc.wait(timeout=30)
-            inventory = store.load()
-            untracked = labelled(a.kubeconfig, ns, store.id) - inventory.keys()
-            assert not untracked, (
-                f"applied but not in the inventory after a kill: {sorted(map(str, untracked))}"
-            )
-        assert kills == 20, f"only {kills} of {attempts} passes were interrupted: the test lost its point"
+    # How long an uninterrupted pass takes here: kills land anywhere inside one.
+    start = time.monotonic()
+    first = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    duration = time.monotonic() - start
+    attempts = 0
+    while kills < 20 and attempts < 60:
+        attempts += 1
+        current = sorted(rng.sample(universe, rng.randint(10, 55)))
+        repo.commit(objects(ns, current), f"{len(current)} objects")
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        time.sleep(rng.uniform(0.1, 0.95) * duration)  # on purpose: a random point of the pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        else:
+            # Finished before the kill: passes are quicker than measured; aim earlier next time.
+            duration = min(duration, time.monotonic() - started)
+        proc.wait(timeout=30)
+        inventory = store.load()
+        untracked = labelled(a.kubeconfig, ns, store.id) - inventory.keys()
+        assert not untracked, f"applied but not in the inventory after a kill: {sorted(map(str, untracked))}"
+    assert kills == 20, f"only {kills} of {attempts} passes were interrupted: the test lost its point"
 
-        agent = Agent(cfg)
-        final = agent.reconcile()["pool-a"]
-        agent.close()
-        assert final.ok, final.error
-        live = {k.name for k in labelled(a.kubeconfig, ns, store.id)}
-        assert live == set(current)
-        members = {k.name for k in store.load().members if k.kind == "ConfigMap"}
-        assert members == set(current)
-        again = Agent(cfg)
-        assert again.reconcile()["pool-a"].count(Outcome.UNCHANGED) == len(current) + 1
-        again.close()
-    finally:
-        client.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    final = e2e.agent(cfg).reconcile()["pool-a"]
+    assert final.ok, final.error
+    live = {k.name for k in labelled(a.kubeconfig, ns, store.id)}
+    assert live == set(current)
+    members = {k.name for k in store.load().members if k.kind == "ConfigMap"}
+    assert members == set(current)
+    assert e2e.agent(cfg).reconcile()["pool-a"].count(Outcome.UNCHANGED) == len(current) + 1

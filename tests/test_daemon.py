@@ -4,7 +4,7 @@ Two processes share two clusters through Leases in a management cluster: no
 cluster is ever written by both (their JSON logs give every pass's start and
 end); one is killed and the other has its cluster within lease duration +
 retry period. SIGTERM during a pass: the process exits within its grace
-period and every object it applied is in the inventory (crash-safe, 10).
+period and every object it applied is in the inventory (crash-safe: docs/safety.md rule 10).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from agent.apply.inventory import PART_OF, applyset_id
 from agent.config.load import load_config
 from agent.dev import localcluster
 from agent.model import Outcome
-from tests.agentkit import Agent, make_repo, tracked, unique, write_config
+from tests.agentkit import E2E, make_repo, tracked, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.test_daemon_kit import configmaps, free_port, status, tune, wait_for
+from tests.daemonkit import configmaps, free_port, status, tune
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 DURATION, RENEW, RETRY = 3, 2.0, 0.5
@@ -101,10 +102,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_each_cluster_alone_two_replicas_with_leases_never_write_one_cluster_at_once_and_take_over(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a, b = cluster_pool["pool-a"], cluster_pool["pool-b"]
-    ns, lease_ns = unique("ha"), unique("leases")
+    ns, lease_ns = e2e.namespace("ha"), e2e.namespace("leases")
     kubectl(a.kubeconfig, "create", "namespace", lease_ns)
     targets = {"pool-a": a, "pool-b": b}
 
@@ -121,92 +122,87 @@ def test_each_cluster_alone_two_replicas_with_leases_never_write_one_cluster_at_
         "one": _spawn(tmp_path, cfg1.file, "one", lease_ns, str(a.kubeconfig)),
         "two": _spawn(tmp_path, str(cfg2_file), "two", lease_ns, str(a.kubeconfig)),
     }
+    for proc, _ in procs.values():
+        e2e.at_end(lambda proc=proc: _stop(proc))
     urls = {"one": cfg1, "two": cfg2}
     overlaps: list[str] = []
-    try:
 
-        def held(who: str) -> set[str]:
-            try:
-                return set(status(urls[who])["leases"]["held"])
-            except (OSError, AssertionError):
-                return set()
+    def held(who: str) -> set[str]:
+        try:
+            return set(status(urls[who])["leases"]["held"])
+        except (OSError, AssertionError):
+            return set()
 
-        def split() -> bool:
-            h1, h2 = held("one"), held("two")
-            overlaps.extend(sorted(h1 & h2))
-            return h1 | h2 == set(targets) and len(h1) == len(h2) == 1
+    def split() -> bool:
+        h1, h2 = held("one"), held("two")
+        overlaps.extend(sorted(h1 & h2))
+        return h1 | h2 == set(targets) and len(h1) == len(h2) == 1
 
-        wait_for("the clusters split between the replicas", split, 60)
-        for i in range(1, 4):  # new revisions: every pass writes
-            sha = commit(f"v{i}")
-            wait_for(
-                f"v{i} applied",
-                lambda sha=sha: all(
-                    any(
-                        c["cluster"] == n and c["last_success_revision"] == sha
-                        for w in urls
-                        for c in status(urls[w])["clusters"]
-                        if n in held(w)
-                    )
-                    for n in targets
-                ),
-                30,
-            )
-            split()
-        assert not overlaps, overlaps
-        victim_cluster = sorted(held("one"))[0]
-        agent_name = cfg1.agent.name
-        procs["one"][0].kill()
-        killed = time.time()
+    wait_for("the clusters split between the replicas", split, 60)
+    for i in range(1, 4):  # new revisions: every pass writes
+        sha = commit(f"v{i}")
         wait_for(
-            "takeover",
-            lambda: _holder(a, lease_ns, f"{agent_name}-c-{victim_cluster}") == "two",
-            DURATION + RETRY + 5,
-            interval=0.05,
+            f"v{i} applied",
+            lambda sha=sha: all(
+                any(
+                    c["cluster"] == n and c["last_success_revision"] == sha
+                    for w in urls
+                    for c in status(urls[w])["clusters"]
+                    if n in held(w)
+                )
+                for n in targets
+            ),
+            30,
         )
-        took = time.time() - killed
-        print(
-            f"\nMEASURED replica two took {victim_cluster} over {took:.2f}s after replica one was killed "
-            f"(lease duration + retry period = {DURATION + RETRY:g}s)"
+        split()
+    assert not overlaps, overlaps
+    victim_cluster = sorted(held("one"))[0]
+    agent_name = cfg1.agent.name
+    procs["one"][0].kill()
+    killed = time.time()
+    wait_for(
+        "takeover",
+        lambda: _holder(a, lease_ns, f"{agent_name}-c-{victim_cluster}") == "two",
+        DURATION + RETRY + 5,
+        interval=0.05,
+    )
+    took = time.time() - killed
+    print(
+        f"\nMEASURED replica two took {victim_cluster} over {took:.2f}s after replica one was killed "
+        f"(lease duration + retry period = {DURATION + RETRY:g}s)"
+    )
+    assert took <= DURATION + RETRY + 0.5
+    sha = commit("after")
+    for n, c in targets.items():
+        wait_for(
+            f"{n} at {sha[:8]}",
+            lambda c=c: (
+                json.loads(kubectl(c.kubeconfig, "get", "cm", "settings", "-n", ns, "-o", "json"))["data"][
+                    "greeting"
+                ]
+                == "after"
+            ),
+            30,
         )
-        assert took <= DURATION + RETRY + 0.5
-        sha = commit("after")
-        for n, c in targets.items():
-            wait_for(
-                f"{n} at {sha[:8]}",
-                lambda c=c: (
-                    json.loads(kubectl(c.kubeconfig, "get", "cm", "settings", "-n", ns, "-o", "json"))[
-                        "data"
-                    ]["greeting"]
-                    == "after"
-                ),
-                30,
-            )
-        # Rolling update: SIGTERM hands the Leases back at once.
-        procs["two"][0].send_signal(signal.SIGTERM)
-        assert procs["two"][0].wait(15) == 0
-        for n in targets:
-            assert _holder(a, lease_ns, f"{agent_name}-c-{n}") == ""
-        end = time.time()
-        one, two = _passes(procs["one"][1], killed), _passes(procs["two"][1], end)
-        for n in targets:
-            for s1, e1 in one.get(n, []):
-                for s2, e2 in two.get(n, []):
-                    assert e1 <= s2 or e2 <= s1, f"{n} written by both: one {s1}-{e1}, two {s2}-{e2}"
-        assert one and two
-    finally:
-        for proc, _ in procs.values():
-            _stop(proc)
-        kubectl(a.kubeconfig, "delete", "namespace", lease_ns, "--wait=false", check=False)
-        for c in targets.values():
-            kubectl(c.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    # Rolling update: SIGTERM hands the Leases back at once.
+    procs["two"][0].send_signal(signal.SIGTERM)
+    assert procs["two"][0].wait(15) == 0
+    for n in targets:
+        assert _holder(a, lease_ns, f"{agent_name}-c-{n}") == ""
+    end = time.time()
+    one, two = _passes(procs["one"][1], killed), _passes(procs["two"][1], end)
+    for n in targets:
+        for s1, e1 in one.get(n, []):
+            for s2, e2 in two.get(n, []):
+                assert e1 <= s2 or e2 <= s1, f"{n} written by both: one {s1}-{e1}, two {s2}-{e2}"
+    assert one and two
 
 
 def test_crash_safe_sigterm_in_the_middle_of_a_pass_exits_within_grace_and_leaves_no_object_untracked(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("term")
+    ns = e2e.namespace("term")
     n = 600
     repo = make_repo(
         tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "hi", *(f"cm-{i}" for i in range(n)))}
@@ -214,34 +210,31 @@ def test_crash_safe_sigterm_in_the_middle_of_a_pass_exits_within_grace_and_leave
     cfg = tune(write_config(tmp_path, repo, {"pool-a": a}), defaults={"concurrency": 1})
     grace = 0.3
     proc, log = _spawn(tmp_path, cfg.file, "solo", grace=grace)
-    try:
-        parent = f"/api/v1/namespaces/{cfg.agent.namespace}/configmaps/{cfg.agent.name}"
-        wait_for("inventory widened", lambda: localcluster.api_request(a, "GET", parent)[0] == 200, 60, 0.05)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        assert proc.wait(grace + 10) == 0, log.read_text()[-3000:]
-        exited = time.monotonic() - sent
-        selector = f"{PART_OF}={applyset_id(cfg.agent.name, cfg.agent.namespace)}"
-        _, body = localcluster.api_request(
-            a, "GET", f"/api/v1/namespaces/{ns}/configmaps?labelSelector={selector}"
-        )
-        applied = {i["metadata"]["name"] for i in body["items"]}
-        members = {k.name for k in tracked(cfg) if k.kind == "ConfigMap" and k.namespace == ns}
-        print(
-            f"\nMEASURED SIGTERM mid-pass: exited after {exited:.2f}s (grace {grace}s), "
-            f"{len(applied)}/{n} applied, all {len(members)} desired tracked"
-        )
-        assert 0 < len(applied) < n, "the pass was not cut short; nothing to check"
-        assert applied <= members, sorted(applied - members)[:5]
-        assert "abandoning passes still running" in log.read_text()
-        # The next agent finishes the job: creates the rest, prunes nothing.
-        agent = Agent(cfg)
-        try:
-            r = agent.reconcile()["pool-a"]
-        finally:
-            agent.close()
-        assert r.ok and r.count(Outcome.PRUNED) == 0 and r.count(Outcome.CREATED) == n - len(applied)
-    finally:
-        _stop(proc)
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    e2e.at_end(lambda: _stop(proc))
+    parent = f"/api/v1/namespaces/{cfg.agent.namespace}/configmaps/{cfg.agent.name}"
+    wait_for("inventory widened", lambda: localcluster.api_request(a, "GET", parent)[0] == 200, 60, 0.05)
+    selector = f"{PART_OF}={applyset_id(cfg.agent.name, cfg.agent.namespace)}"
+    ours = f"/api/v1/namespaces/{ns}/configmaps?labelSelector={selector}"
+    wait_for(
+        "the pass to apply some objects",
+        lambda: localcluster.api_request(a, "GET", f"{ours}&limit=1")[1].get("items"),
+        60,
+        0.05,
+    )
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert proc.wait(grace + 10) == 0, log.read_text()[-3000:]
+    exited = time.monotonic() - sent
+    _, body = localcluster.api_request(a, "GET", ours)
+    applied = {i["metadata"]["name"] for i in body["items"]}
+    members = {k.name for k in tracked(cfg) if k.kind == "ConfigMap" and k.namespace == ns}
+    print(
+        f"\nMEASURED SIGTERM mid-pass: exited after {exited:.2f}s (grace {grace}s), "
+        f"{len(applied)}/{n} applied, all {len(members)} desired tracked"
+    )
+    assert 0 < len(applied) < n, "the pass was not cut short; nothing to check"
+    assert applied <= members, sorted(applied - members)[:5]
+    assert "abandoning passes still running" in log.read_text()
+    # The next agent finishes the job: creates the rest, prunes nothing.
+    r = e2e.agent(cfg).reconcile()["pool-a"]
+    assert r.ok and r.count(Outcome.PRUNED) == 0 and r.count(Outcome.CREATED) == n - len(applied)

@@ -1,4 +1,4 @@
-"""Invariant 11 for diff reports: no Secret value in any format, live or offline.
+"""docs/safety.md rule 11 for diff reports: no Secret value in any format, live or offline.
 
 Values are checked raw, base64-encoded and decoded, and the live Secret was
 created by client-side ``kubectl apply`` so its
@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from agent.cli.diff import diff
 from agent.dev.process import LocalCluster
 from agent.render.binaries import tool
-from tests.agentkit import make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 
 FORMATS = ("text", "markdown", "json")
@@ -68,46 +68,43 @@ def kubectl_apply(cluster: LocalCluster, manifest: str) -> None:
 
 @pytest.mark.cluster
 def test_secret_values_never_appear_in_a_live_report_in_any_format(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
-    ns = unique("diff-secret")
+    ns = e2e.namespace("diff-secret")
     a = cluster_pool["pool-a"]
     kubectl(a.kubeconfig, "create", "namespace", ns)
-    try:
-        kubectl_apply(a, secret_yaml(ns, "db", OLD))
-        last = kubectl(
-            a.kubeconfig,
-            "get",
-            "secret",
-            "db",
-            "-n",
-            ns,
-            "-o",
-            "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    kubectl_apply(a, secret_yaml(ns, "db", OLD))
+    last = kubectl(
+        a.kubeconfig,
+        "get",
+        "secret",
+        "db",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    )
+    assert OLD["password"] in last  # the annotation really holds the value
+    files = {
+        "clusters/pool-a/secrets.yaml": "---\n".join(
+            [
+                f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n",
+                secret_yaml(ns, "db", NEW),
+                data_secret_yaml(ns),
+            ]
         )
-        assert OLD["password"] in last  # the annotation really holds the value
-        files = {
-            "clusters/pool-a/secrets.yaml": "---\n".join(
-                [
-                    f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n",
-                    secret_yaml(ns, "db", NEW),
-                    data_secret_yaml(ns),
-                ]
-            )
-        }
-        repo = make_repo(tmp_path, files)
-        cfg = write_config(tmp_path, repo, {"pool-a": a})
-        outputs: dict[str, str] = {}
-        for fmt in FORMATS:
-            result = CliRunner().invoke(diff, ["--config", cfg.file, "--format", fmt], catch_exceptions=False)
-            assert result.exit_code == 1, result.output
-            outputs[fmt] = result.stdout + result.stderr
-        assert_clean(outputs)
-        # The report still says what happens: the Secret is adopted and its keys change.
-        assert "*** (before)" in outputs["text"] and "*** (after)" in outputs["text"]
-        assert "Secret/" + ns + "/api-key" in outputs["markdown"]
-    finally:
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    }
+    repo = make_repo(tmp_path, files)
+    cfg = write_config(tmp_path, repo, {"pool-a": a})
+    outputs: dict[str, str] = {}
+    for fmt in FORMATS:
+        result = CliRunner().invoke(diff, ["--config", cfg.file, "--format", fmt], catch_exceptions=False)
+        assert result.exit_code == 1, result.output
+        outputs[fmt] = result.stdout + result.stderr
+    assert_clean(outputs)
+    # The report still says what happens: the Secret is adopted and its keys change.
+    assert "*** (before)" in outputs["text"] and "*** (after)" in outputs["text"]
+    assert "Secret/" + ns + "/api-key" in outputs["markdown"]
 
 
 def test_secret_values_never_appear_in_an_offline_report_in_any_format(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from agent.config.load import parse_config
 from agent.config.tomlreader import TableReader
 from agent.config.types import Config
 from agent.errors import ConfigError
-from tests.agentkit import make_repo, unique
+from tests.agentkit import E2E, make_repo, unique
 from tests.clusters import ClusterPool, kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,8 +302,10 @@ def adapt_example(tmp_path: Path, repo: Path, kubeconfigs: dict[str, Path], name
 
 
 @pytest.mark.cluster
-def test_example_config_runs_against_local_clusters(tmp_path: Path, cluster_pool: ClusterPool) -> None:
-    ns = unique("example")
+def test_example_config_runs_against_local_clusters(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    ns = e2e.namespace("example")
     app = f"""
         apiVersion: v1
         kind: Namespace
@@ -329,25 +331,21 @@ def test_example_config_runs_against_local_clusters(tmp_path: Path, cluster_pool
     cfg = adapt_example(
         tmp_path, repo.path, {"prod-eu": a.kubeconfig, "mgmt": b.kubeconfig}, unique("example")
     )
-    try:
-        out = subprocess.run(
-            [sys.executable, "-m", "agent.cli", "run", "--once", "--config", str(cfg)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
-        rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:] if line.strip()}
-        assert rows["prod-eu"][2] == rows["mgmt"][2] == "2", out.stdout  # both objects created
-        got = kubectl(a.kubeconfig, "get", "configmap", "where", "-n", ns, "-o", "jsonpath={.data}")
-        assert got == '{"cluster":"prod-eu","region":"eu-west-1"}'
-        got = kubectl(b.kubeconfig, "get", "configmap", "where", "-n", ns, "-o", "jsonpath={.data.cluster}")
-        assert got == "mgmt"
-    finally:
-        for c in (a, b):
-            kubectl(c.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "run", "--once", "--config", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:] if line.strip()}
+    assert rows["prod-eu"][2] == rows["mgmt"][2] == "2", out.stdout  # both objects created
+    got = kubectl(a.kubeconfig, "get", "configmap", "where", "-n", ns, "-o", "jsonpath={.data}")
+    assert got == '{"cluster":"prod-eu","region":"eu-west-1"}'
+    got = kubectl(b.kubeconfig, "get", "configmap", "where", "-n", ns, "-o", "jsonpath={.data.cluster}")
+    assert got == "mgmt"
 
 
 # -- the docs themselves -------------------------------------------------------------

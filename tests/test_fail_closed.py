@@ -1,4 +1,4 @@
-"""Fail closed on render (invariant 2), at the reconcile level and through the CLI.
+"""Fail closed on render (docs/safety.md rule 2), at the reconcile level and through the CLI.
 
 Every malformed-input case of ``test_render_malformed`` is run through a whole
 ``ClusterReconciler`` pass whose cluster client fails the test if it is even

@@ -1,4 +1,4 @@
-"""The fieldsV1 codec and the owned-path set of a manifest (agent/fields.py)."""
+"""The fieldsV1 codec and the owned-path set of a manifest (agent/plan/fields.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ stops writing at once; a fenced client refuses writes and still reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,9 @@ from agent.errors import ClusterError
 from agent.kube.client import KubeClient
 from agent.run.lease import FencedClient, LeaseManager
 from agent.run.lease_settings import LeaseSettings
-from tests.agentkit import unique
+from tests.agentkit import E2E, unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl
-from tests.test_daemon_kit import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 CLUSTERS = ["c1", "c2", "c3", "c4"]
@@ -48,11 +47,10 @@ def _manager(mgmt: LocalCluster, ns: str, identity: str, agent: str) -> LeaseMan
 
 
 @pytest.fixture
-def lease_ns(cluster_pool: ClusterPool) -> Iterator[str]:
-    ns = unique("leases")
+def lease_ns(cluster_pool: ClusterPool, e2e: E2E) -> str:
+    ns = e2e.namespace("leases")
     kubectl(cluster_pool["pool-b"].kubeconfig, "create", "namespace", ns)
-    yield ns
-    kubectl(cluster_pool["pool-b"].kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    return ns
 
 
 def test_two_replicas_share_the_clusters_and_take_over_a_dead_ones_within_duration_plus_retry(
@@ -76,7 +74,7 @@ def test_two_replicas_share_the_clusters_and_take_over_a_dead_ones_within_durati
             return len(mine) == 2 and len(theirs) == 2
 
         wait_for("an even split", split, 20, interval=0.05)
-        for _ in range(40):  # stays split, never both
+        for _ in range(40):  # stays split, never both: 2 s pass on purpose, looked at every 50 ms
             assert split()
             time.sleep(0.05)
         assert not overlaps, overlaps

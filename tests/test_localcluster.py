@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,16 +14,9 @@ from agent.errors import LocalClusterError
 from agent.render import binaries as tools
 from tests import clusters
 from tests.clusters import ClusterControl, ClusterPool, TestNamespace, kubectl
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.2)
 
 
 def test_two_pool_clusters_run_at_once_and_each_answers(cluster_pool: ClusterPool) -> None:
@@ -140,10 +132,10 @@ def test_namespace_deletion_and_garbage_collection_complete(namespace: TestNames
     def gone(*args: str) -> bool:
         return "NotFound" in localcluster.kubectl(cfg, "get", *args, check=False).stderr
 
-    _wait_until(lambda: gone("configmap", "dependent", "-n", ns), 30, "the garbage collector deletes it")
+    wait_for("the garbage collector to delete it", lambda: gone("configmap", "dependent", "-n", ns), 30)
     kubectl(cfg, "create", "namespace", f"{ns}-x")
     kubectl(cfg, "delete", "namespace", f"{ns}-x", "--wait=false")
-    _wait_until(lambda: gone("namespace", f"{ns}-x"), 60, "the namespace controller finishes deletion")
+    wait_for("the namespace controller to finish deletion", lambda: gone("namespace", f"{ns}-x"), 60)
 
 
 def test_a_pool_cluster_a_test_stopped_is_started_again_afterwards(cluster_pool: ClusterPool) -> None:

@@ -1,4 +1,4 @@
-"""Secret masking (agent/masking.py): which keys changed is shown, values never are."""
+"""Secret masking (agent/plan/masking.py): which keys changed is shown, values never are."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_other_kinds_and_paths_are_left_alone() -> None:
 
 
 # ---------------------------------------------------------------------------
-# Invariant 11 beyond plans: a failed Secret's server message (which may quote a value) reaches
+# docs/safety.md rule 11 beyond plans: a failed Secret's server message (which may quote a value) reaches
 # neither the Kubernetes Events nor the agent's per-object log lines.
 
 SECRET_VALUE = "hunter2-xyzzy"

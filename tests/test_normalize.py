@@ -1,4 +1,4 @@
-"""Normalised comparison (agent/normalize.py): what the server rewrites is not drift."""
+"""Normalised comparison (agent/plan/normalize.py): what the server rewrites is not drift."""
 
 from __future__ import annotations
 

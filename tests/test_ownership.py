@@ -1,4 +1,4 @@
-"""Who owns what, on a real API server (invariants 4, 5, 9 and adoption).
+"""Who owns what, on a real API server (docs/safety.md rules 4, 5, 9 and adoption).
 
 Foreign labels, annotations and HPA-owned replicas survive many reconciles;
 a hand edit of a Git-declared field is reverted and reported as drift;
@@ -17,7 +17,7 @@ import pytest
 from agent.apply.inventory import PART_OF
 from agent.dev import localcluster
 from agent.model import Note, ObjectKey, Outcome
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -60,68 +60,56 @@ def scale_as_hpa(kubeconfig: Path, ns: str, replicas: int) -> None:
 
 
 def test_never_revert_foreign_labels_annotations_and_hpa_replicas_over_20_reconciles(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("own")
+    ns = e2e.namespace("own")
     files = {"clusters/pool-a/app.yaml": namespace_doc(ns) + "---\n" + deployment(ns)}
     repo = make_repo(tmp_path, files)
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
-    try:
-        assert agent.reconcile()["pool-a"].ok
-        kubectl(a.kubeconfig, "label", "deployment", "web", "-n", ns, "team=payments")
-        kubectl(a.kubeconfig, "annotate", "deployment", "web", "-n", ns, "owner/note=keep-me")
-        scale_as_hpa(a.kubeconfig, ns, 5)
-        for _ in range(20):
-            r = agent.reconcile()["pool-a"]
-            assert r.ok and r.count(Outcome.FAILED) == 0
-        (web,) = [x for x in r.results if x.key.kind == "Deployment"]
-        assert (web.outcome, web.note) == (Outcome.UNCHANGED, Note.YIELDED), web
-        metrics = agent.fleet.metrics.render().decode()
-        assert 'gitops_agent_objects{cluster="pool-a",outcome="conflicting"} 1.0' in metrics
-        live = get(a.kubeconfig, "deployment", "web", "-n", ns)
-        assert live["metadata"]["labels"]["team"] == "payments"
-        assert live["metadata"]["annotations"]["owner/note"] == "keep-me"
-        assert live["spec"]["replicas"] == 5  # yielded to the HPA, never fought
-        assert live["metadata"]["labels"][PART_OF]
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    assert agent.reconcile()["pool-a"].ok
+    kubectl(a.kubeconfig, "label", "deployment", "web", "-n", ns, "team=payments")
+    kubectl(a.kubeconfig, "annotate", "deployment", "web", "-n", ns, "owner/note=keep-me")
+    scale_as_hpa(a.kubeconfig, ns, 5)
+    for _ in range(20):
+        r = agent.reconcile()["pool-a"]
+        assert r.ok and r.count(Outcome.FAILED) == 0
+    (web,) = [x for x in r.results if x.key.kind == "Deployment"]
+    assert (web.outcome, web.note) == (Outcome.UNCHANGED, Note.YIELDED), web
+    metrics = agent.fleet.metrics.render().decode()
+    assert 'gitops_agent_objects{cluster="pool-a",outcome="conflicting"} 1.0' in metrics
+    live = get(a.kubeconfig, "deployment", "web", "-n", ns)
+    assert live["metadata"]["labels"]["team"] == "payments"
+    assert live["metadata"]["annotations"]["owner/note"] == "keep-me"
+    assert live["spec"]["replicas"] == 5  # yielded to the HPA, never fought
+    assert live["metadata"]["labels"][PART_OF]
 
 
 def test_drift_versus_cooperation_kubectl_edit_of_a_declared_field_is_reverted_and_reported(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("own")
+    ns = e2e.namespace("own")
     repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": namespace_doc(ns) + "---\n" + deployment(ns)})
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
-    try:
-        assert agent.reconcile()["pool-a"].ok
-        # `kubectl edit` writes as manager kubectl-edit (operation Update).
-        patch = json.dumps(
-            {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "evil:1"}]}}}}
-        )
-        kubectl(
-            a.kubeconfig, "patch", "deployment", "web", "-n", ns, "--field-manager=kubectl-edit", "-p", patch
-        )
-        r = agent.reconcile()["pool-a"]
-        assert r.ok
-        (res,) = [x for x in r.results if x.key.kind == "Deployment"]
-        assert res.outcome is Outcome.CONFIGURED and "image" in res.message
-        live = get(a.kubeconfig, "deployment", "web", "-n", ns)
-        assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
-        assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 2
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    assert agent.reconcile()["pool-a"].ok
+    # `kubectl edit` writes as manager kubectl-edit (operation Update).
+    patch = json.dumps({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "evil:1"}]}}}})
+    kubectl(a.kubeconfig, "patch", "deployment", "web", "-n", ns, "--field-manager=kubectl-edit", "-p", patch)
+    r = agent.reconcile()["pool-a"]
+    assert r.ok
+    (res,) = [x for x in r.results if x.key.kind == "Deployment"]
+    assert res.outcome is Outcome.CONFIGURED and "image" in res.message
+    live = get(a.kubeconfig, "deployment", "web", "-n", ns)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
+    assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 2
 
 
 def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("own")
+    ns = e2e.namespace("own")
 
     def cm(name: str, value: str) -> str:
         return (
@@ -133,37 +121,29 @@ def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(
         tmp_path,
         {"clusters/pool-a/x.yaml": "---\n".join([namespace_doc(ns), cm("frozen", "v1"), cm("kept", "v1")])},
     )
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
-    try:
-        assert agent.reconcile()["pool-a"].ok
-        kubectl(
-            a.kubeconfig, "annotate", "configmap", "frozen", "-n", ns, "gitops-agent.io/reconcile=disabled"
-        )
-        kubectl(a.kubeconfig, "annotate", "configmap", "kept", "-n", ns, "gitops-agent.io/prune=disabled")
-        before = get(a.kubeconfig, "configmap", "kept", "-n", ns)
-        # Git changes the disabled one and drops the other.
-        repo.commit({"clusters/pool-a/x.yaml": "---\n".join([namespace_doc(ns), cm("frozen", "v2")])})
-        r = agent.reconcile()["pool-a"]
-        assert r.ok, r.error
-        by_name = {x.key.name: x for x in r.results}
-        assert by_name["frozen"].outcome is Outcome.SKIPPED
-        assert by_name["kept"].outcome is Outcome.ORPHANED
-        assert get(a.kubeconfig, "configmap", "frozen", "-n", ns)["data"]["k"] == "v1"
-        after = get(a.kubeconfig, "configmap", "kept", "-n", ns)
-        assert after["data"] == before["data"] and after["metadata"]["uid"] == before["metadata"]["uid"]
-        assert PART_OF not in after["metadata"].get("labels", {})
-        managers = {(e["manager"], e["operation"]) for e in after["metadata"]["managedFields"]}
-        assert (agent.config.agent.name, "Apply") not in managers
-        # Nothing is tracked after the agent stops owning it: later passes leave it alone.
-        r2 = agent.reconcile()["pool-a"]
-        assert "kept" not in {x.key.name for x in r2.results}
-        assert ObjectKey("", "ConfigMap", ns, "kept") not in agent.tracked()
-        assert (
-            get(a.kubeconfig, "configmap", "kept", "-n", ns)["metadata"]["uid"] == before["metadata"]["uid"]
-        )
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    assert agent.reconcile()["pool-a"].ok
+    kubectl(a.kubeconfig, "annotate", "configmap", "frozen", "-n", ns, "gitops-agent.io/reconcile=disabled")
+    kubectl(a.kubeconfig, "annotate", "configmap", "kept", "-n", ns, "gitops-agent.io/prune=disabled")
+    before = get(a.kubeconfig, "configmap", "kept", "-n", ns)
+    # Git changes the disabled one and drops the other.
+    repo.commit({"clusters/pool-a/x.yaml": "---\n".join([namespace_doc(ns), cm("frozen", "v2")])})
+    r = agent.reconcile()["pool-a"]
+    assert r.ok, r.error
+    by_name = {x.key.name: x for x in r.results}
+    assert by_name["frozen"].outcome is Outcome.SKIPPED
+    assert by_name["kept"].outcome is Outcome.ORPHANED
+    assert get(a.kubeconfig, "configmap", "frozen", "-n", ns)["data"]["k"] == "v1"
+    after = get(a.kubeconfig, "configmap", "kept", "-n", ns)
+    assert after["data"] == before["data"] and after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert PART_OF not in after["metadata"].get("labels", {})
+    managers = {(e["manager"], e["operation"]) for e in after["metadata"]["managedFields"]}
+    assert (agent.config.agent.name, "Apply") not in managers
+    # Nothing is tracked after the agent stops owning it: later passes leave it alone.
+    r2 = agent.reconcile()["pool-a"]
+    assert "kept" not in {x.key.name for x in r2.results}
+    assert ObjectKey("", "ConfigMap", ns, "kept") not in agent.tracked()
+    assert get(a.kubeconfig, "configmap", "kept", "-n", ns)["metadata"]["uid"] == before["metadata"]["uid"]
 
 
 @pytest.mark.parametrize(
@@ -176,10 +156,10 @@ def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(
     ],
 )
 def test_adopt_existing_objects_per_mode(
-    tmp_path: Path, cluster_pool: ClusterPool, mode: str, foreign_apply: bool, adopted: bool
+    tmp_path: Path, cluster_pool: ClusterPool, mode: str, foreign_apply: bool, adopted: bool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("adopt")
+    ns = e2e.namespace("adopt")
     kubectl(a.kubeconfig, "create", "namespace", ns)
     cm = (
         f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
@@ -198,28 +178,25 @@ def test_adopt_existing_objects_per_mode(
     else:
         localcluster.kubectl(a.kubeconfig, "create", "-f", "-", stdin=cm.replace("from-git", "theirs"))
     repo = make_repo(tmp_path, {"clusters/pool-a/cm.yaml": cm})
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, defaults=f'adopt = "{mode}"'))
-    try:
-        r = agent.reconcile()["pool-a"]
-        (res,) = r.results
-        live = get(a.kubeconfig, "configmap", "existing", "-n", ns)
-        if adopted:
-            assert res.outcome is Outcome.CONFIGURED
-            assert live["data"]["k"] == "from-git" and PART_OF in live["metadata"]["labels"]
-        else:
-            assert res.outcome is Outcome.SKIPPED and res.message
-            assert live["data"]["k"] == "theirs" and PART_OF not in (live["metadata"].get("labels") or {})
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}, defaults=f'adopt = "{mode}"'))
+    r = agent.reconcile()["pool-a"]
+    (res,) = r.results
+    live = get(a.kubeconfig, "configmap", "existing", "-n", ns)
+    if adopted:
+        assert res.outcome is Outcome.CONFIGURED
+        assert live["data"]["k"] == "from-git" and PART_OF in live["metadata"]["labels"]
+    else:
+        assert res.outcome is Outcome.SKIPPED and res.message
+        assert live["data"]["k"] == "theirs" and PART_OF not in (live["metadata"].get("labels") or {})
 
 
 def test_adopt_always_takes_membership_but_yields_fields_another_applier_owns(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
-    """`always` adopts the object; invariant 5 still decides each conflicting field (default: yield)."""
+    """`always` adopts the object; docs/safety.md rule 5 still decides each conflicting field
+    (default: yield)."""
     a = cluster_pool["pool-a"]
-    ns = unique("adopt")
+    ns = e2e.namespace("adopt")
     kubectl(a.kubeconfig, "create", "namespace", ns)
     cm = (
         f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
@@ -235,45 +212,37 @@ def test_adopt_always_takes_membership_but_yields_fields_another_applier_owns(
         stdin=cm.replace("from-git", "theirs"),
     )
     repo = make_repo(tmp_path, {"clusters/pool-a/cm.yaml": cm})
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}, defaults='adopt = "always"'))
-    try:
-        (res,) = agent.reconcile()["pool-a"].results
-        assert res.outcome is Outcome.CONFIGURED
-        live = get(a.kubeconfig, "configmap", "existing", "-n", ns)
-        assert PART_OF in live["metadata"]["labels"]
-        assert live["data"]["k"] == "theirs"  # other-tool's field: yielded, not forced
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}, defaults='adopt = "always"'))
+    (res,) = agent.reconcile()["pool-a"].results
+    assert res.outcome is Outcome.CONFIGURED
+    live = get(a.kubeconfig, "configmap", "existing", "-n", ns)
+    assert PART_OF in live["metadata"]["labels"]
+    assert live["data"]["k"] == "theirs"  # other-tool's field: yielded, not forced
 
 
 def test_ownership_ends_on_purpose_an_object_taken_out_of_the_set_by_hand_is_kept_and_untracked(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     """Removing the membership label takes an object out of the set: when it then leaves Git it
     is neither deleted nor tracked any more (it would otherwise stay a member for good)."""
     a = cluster_pool["pool-a"]
-    ns = unique("own")
+    ns = e2e.namespace("own")
     docs = {
         name: f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{k: v}}"
         for name in ("stays", "released")
     }
     files = "\n---\n".join([namespace_doc(ns), *docs.values()])
     repo = make_repo(tmp_path, {"clusters/pool-a/x.yaml": files})
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
     released = ObjectKey("", "ConfigMap", ns, "released")
-    try:
-        assert agent.reconcile()["pool-a"].ok
-        assert released in agent.tracked()
-        uid = get(a.kubeconfig, "configmap", "released", "-n", ns)["metadata"]["uid"]
-        kubectl(a.kubeconfig, "label", "configmap", "released", "-n", ns, f"{PART_OF}-")
-        repo.commit({"clusters/pool-a/x.yaml": "\n---\n".join([namespace_doc(ns), docs["stays"]])})
-        r = agent.reconcile()["pool-a"]
-        assert r.ok, r.error
-        assert r.count(Outcome.PRUNED) == 0 and r.prune_refused is None
-        assert get(a.kubeconfig, "configmap", "released", "-n", ns)["metadata"]["uid"] == uid
-        members = agent.tracked()
-        assert released not in members and ObjectKey("", "ConfigMap", ns, "stays") in members
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    assert agent.reconcile()["pool-a"].ok
+    assert released in agent.tracked()
+    uid = get(a.kubeconfig, "configmap", "released", "-n", ns)["metadata"]["uid"]
+    kubectl(a.kubeconfig, "label", "configmap", "released", "-n", ns, f"{PART_OF}-")
+    repo.commit({"clusters/pool-a/x.yaml": "\n---\n".join([namespace_doc(ns), docs["stays"]])})
+    r = agent.reconcile()["pool-a"]
+    assert r.ok, r.error
+    assert r.count(Outcome.PRUNED) == 0 and r.prune_refused is None
+    assert get(a.kubeconfig, "configmap", "released", "-n", ns)["metadata"]["uid"] == uid
+    members = agent.tracked()
+    assert released not in members and ObjectKey("", "ConfigMap", ns, "stays") in members

@@ -136,7 +136,7 @@ def test_plan_gives_each_object_one_change_and_skips_unknown_live_state() -> Non
 
 
 # ---------------------------------------------------------------------------
-# The invariant: no change touches a path that is neither in Git nor ours.
+# The invariant (docs/safety.md rule 4): no change touches a path that is neither in Git nor ours.
 
 _NAMES = st.sampled_from(["app", "team", "tier", "a.b/c", "x:y"])
 _VALUES = st.sampled_from(["1", "2", "web", ""])

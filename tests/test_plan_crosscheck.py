@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import secrets
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from agent.model import Action, DesiredObject, Manifest, Provenance
 from agent.plan.planner import PlanOptions, plan_object, request_body, send_body
 from agent.plan.schema import SchemaIndex
 from tests.clusters import TestNamespace
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -320,13 +320,12 @@ def cluster_scoped(run: str) -> list[Case]:
 
 def _wait_established(client: KubeClient, name: str) -> None:
     info = client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def established() -> bool:
         conds = ((client.get(info, None, name) or {}).get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-            return
-        time.sleep(0.2)
-    pytest.fail(f"CRD {name} not Established within 30s")
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    wait_for(f"CRD {name} to be Established", established, 30)
 
 
 def _schema(
@@ -336,14 +335,16 @@ def _schema(
     index = SchemaIndex()
     for group, version in sorted(group_versions):
         index.add_document(client.openapi_v3(group, version))
-    deadline = time.monotonic() + 30
-    while not index.knows(*custom):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the server published no OpenAPI v3 schema for {custom} within 30s")
+
+    def published() -> bool:
         try:
             index.add_document(client.openapi_v3(custom[0], custom[1]))
         except ApiError:
-            time.sleep(0.3)
+            return False
+        return index.knows(*custom)
+
+    if not index.knows(*custom):
+        wait_for(f"the server to publish an OpenAPI v3 schema for {custom}", published, 30, interval=0.3)
     return index
 
 

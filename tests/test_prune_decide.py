@@ -1,4 +1,4 @@
-"""The prune guards as a pure decision (invariants 1, 2, 3, 9), table by table."""
+"""The prune guards as a pure decision (docs/safety.md rules 1, 2, 3, 9), table by table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The render stage on real files: plain manifests, kustomize overlays, a Helm chart; determinism; the cache.
+"""The render stage on real files: plain manifests, kustomize overlays, a Helm chart; determinism.
 
 Fixture repository: ``tests/fixtures/render`` (``plain/``, ``kustomize/``,
 ``helm/``). Kustomize and Helm run the pinned binaries; a missing binary
@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from agent.config.types import HelmSettings
-from agent.errors import RenderError
 from agent.model import DesiredSet
 from agent.render.binaries import tool
-from agent.render.renderer import RenderCache, RenderSpec, dump_stream, render
+from agent.render.renderer import RenderSpec, dump_stream, render
 from agent.render.tools import RunResult, run_subprocess
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
@@ -273,47 +272,3 @@ def test_dump_stream_sorts_keys_and_names_each_source() -> None:
         "---\n# Source: plain/infra/priority.yaml#0:1\n"
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: high\nvalue: 1000\n"
     )
-
-
-# ---------------------------------------------------------------------------
-# Cache
-
-
-def test_cache_serves_a_drift_only_pass_without_rendering_again(tmp_path: Path) -> None:
-    shutil.copytree(FIXTURES / "plain", tmp_path / "plain")
-    cache = RenderCache()
-    spec = RenderSpec("prod", ("plain",), PLAIN_VARS)
-    first = cache.render(tmp_path, spec, revision="abc123")
-    shutil.rmtree(tmp_path / "plain")  # a re-render would now fail
-    assert cache.render(tmp_path, spec, revision="abc123") is first
-    assert cache.get("abc123", spec) is first
-    with pytest.raises(RenderError):  # other vars: another key, so a real render
-        cache.render(
-            tmp_path, RenderSpec("prod", ("plain",), {**PLAIN_VARS, "NGINX_TAG": "2"}), revision="abc123"
-        )
-    with pytest.raises(RenderError):  # another commit
-        cache.render(tmp_path, spec, revision="def456")
-
-
-def test_cache_keeps_neither_failures_nor_renders_without_a_revision(tmp_path: Path) -> None:
-    cache = RenderCache()
-    spec = RenderSpec("c", ("app",), {})
-    with pytest.raises(RenderError):
-        cache.render(tmp_path, spec, revision="abc")
-    (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")
-    assert len(cache.render(tmp_path, spec, revision="abc").objects) == 1
-    cache.put("", spec, cache.render(tmp_path, spec, revision=""))
-    assert cache.get("", spec) is None
-    assert len(cache) == 1
-
-
-def test_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
-    (tmp_path / "app").mkdir()
-    cache = RenderCache(max_entries=2)
-    spec = RenderSpec("c", ("app",), {})
-    for rev in ("a", "b"):
-        cache.render(tmp_path, spec, revision=rev)
-    cache.get("a", spec)
-    cache.render(tmp_path, spec, revision="c")
-    assert cache.get("a", spec) is not None and cache.get("b", spec) is None and len(cache) == 2

@@ -26,9 +26,10 @@ from agent.cli import ops as cli_ops
 from agent.config.types import Config
 from agent.kube.client import KubeClient
 from agent.report.events import events_for
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
-from tests.test_daemon_kit import cluster_status, configmaps, http, start_daemon, status, tune, url, wait_for
+from tests.daemonkit import Daemons, cluster_status, configmaps, http, status, tune, url
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -39,111 +40,99 @@ def _cm(kubeconfig: Path, ns: str, name: str) -> dict | None:  # type: ignore[ty
 
 
 def test_config_reload_adds_a_cluster_and_removing_one_deletes_nothing_in_it(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, daemons: Daemons
 ) -> None:
     a, b = cluster_pool["pool-a"], cluster_pool["pool-b"]
-    ns = unique("reload")
+    ns = e2e.namespace("reload")
     repo = make_repo(tmp_path, {f"clusters/{n}/app.yaml": configmaps(ns, "hi") for n in ("pool-a", "pool-b")})
     only_a = tune(write_config(tmp_path, repo, {"pool-a": a}))
-    daemon = start_daemon(only_a, reload_interval=0.3)
-    try:
-        wait_for("pool-a ok", lambda: cluster_status(only_a, "pool-a")["state"] == "ok", 30)
-        # Same file, pool-b added (the listen port and agent name stay).
-        text = Path(only_a.file).read_text()
-        text += (
-            f'\n[[clusters]]\nname = "pool-b"\nkubeconfig = "{b.kubeconfig}"\npaths = ["clusters/pool-b"]\n'
-        )
-        Path(only_a.file).write_text(text)
-        wait_for(
-            "pool-b ok",
-            lambda: any(c["cluster"] == "pool-b" and c["state"] == "ok" for c in status(only_a)["clusters"]),
-            30,
-        )
-        assert _cm(b.kubeconfig, ns, "settings") is not None
-        # pool-a removed: no longer served, and nothing in it is deleted.
-        uid = _cm(a.kubeconfig, ns, "settings")["metadata"]["uid"]  # type: ignore[index]
-        start = text.index("[[clusters]]")
-        end = text.index("[[clusters]]", start + 1)
-        Path(only_a.file).write_text(text[:start] + text[end:])
-        wait_for("pool-a gone", lambda: [c["cluster"] for c in status(only_a)["clusters"]] == ["pool-b"], 30)
-        assert "pool-a" not in daemon.fleet.status
-        assert daemon.scheduler.get_job("cluster:pool-a") is None
-        time.sleep(1.0)
-        assert _cm(a.kubeconfig, ns, "settings")["metadata"]["uid"] == uid  # type: ignore[index]
-        metrics = daemon.metrics.render().decode()
-        assert 'cluster="pool-a"' not in metrics and 'cluster="pool-b"' in metrics
-        # A broken file keeps the running config and says why.
-        Path(only_a.file).write_text(Path(only_a.file).read_text() + "\nbogus = 1\n")
-        wait_for("config error", lambda: status(only_a)["config_error"], 10)
-        assert [c["cluster"] for c in status(only_a)["clusters"]] == ["pool-b"]
-    finally:
-        daemon.stop(grace=2)
-        for c in cluster_pool.all:
-            kubectl(c.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    daemon = daemons(only_a, reload_interval=0.3)
+    wait_for("pool-a ok", lambda: cluster_status(only_a, "pool-a")["state"] == "ok", 30)
+    # Same file, pool-b added (the listen port and agent name stay).
+    text = Path(only_a.file).read_text()
+    text += f'\n[[clusters]]\nname = "pool-b"\nkubeconfig = "{b.kubeconfig}"\npaths = ["clusters/pool-b"]\n'
+    Path(only_a.file).write_text(text)
+    wait_for(
+        "pool-b ok",
+        lambda: any(c["cluster"] == "pool-b" and c["state"] == "ok" for c in status(only_a)["clusters"]),
+        30,
+    )
+    assert _cm(b.kubeconfig, ns, "settings") is not None
+    # pool-a removed: no longer served, and nothing in it is deleted.
+    uid = _cm(a.kubeconfig, ns, "settings")["metadata"]["uid"]  # type: ignore[index]
+    start = text.index("[[clusters]]")
+    end = text.index("[[clusters]]", start + 1)
+    Path(only_a.file).write_text(text[:start] + text[end:])
+    wait_for("pool-a gone", lambda: [c["cluster"] for c in status(only_a)["clusters"]] == ["pool-b"], 30)
+    assert "pool-a" not in daemon.fleet.status
+    assert daemon.scheduler.get_job("cluster:pool-a") is None
+    time.sleep(1.0)  # on purpose: a second in which a wrong agent would delete it; nothing to wait for
+    assert _cm(a.kubeconfig, ns, "settings")["metadata"]["uid"] == uid  # type: ignore[index]
+    metrics = daemon.metrics.render().decode()
+    assert 'cluster="pool-a"' not in metrics and 'cluster="pool-b"' in metrics
+    # A broken file keeps the running config and says why.
+    Path(only_a.file).write_text(Path(only_a.file).read_text() + "\nbogus = 1\n")
+    wait_for("config error", lambda: status(only_a)["config_error"], 10)
+    assert [c["cluster"] for c in status(only_a)["clusters"]] == ["pool-b"]
 
 
 def test_suspend_resume_and_sync_work_against_a_running_agent_and_status_prints_the_table(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, daemons: Daemons
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("ops")
+    ns = e2e.namespace("ops")
     repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "one")})
     cfg = tune(write_config(tmp_path, repo, {"pool-a": a}), defaults={"reconcile_interval": "1h"})
     runner = CliRunner()
-    daemon = start_daemon(cfg)
-    try:
-        wait_for("ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
-        out = runner.invoke(cli_ops.suspend, ["--config", cfg.file, "--cluster", "pool-a"])
-        assert out.exit_code == 0, out.output
-        parent = json.loads(
-            kubectl(a.kubeconfig, "get", "cm", cfg.agent.name, "-n", cfg.agent.namespace, "-o", "json")
-        )
-        assert parent["metadata"]["annotations"][SUSPENDED] == "true"
-        sha = repo.commit({"clusters/pool-a/app.yaml": configmaps(ns, "two")})
-        wait_for("suspended", lambda: cluster_status(cfg, "pool-a")["state"] == "suspended", 30)
-        assert cluster_status(cfg, "pool-a")["revision"] == sha
-        assert _cm(a.kubeconfig, ns, "settings")["data"]["greeting"] == "one"  # type: ignore[index]
+    daemon = daemons(cfg)
+    wait_for("ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
+    out = runner.invoke(cli_ops.suspend, ["--config", cfg.file, "--cluster", "pool-a"])
+    assert out.exit_code == 0, out.output
+    parent = json.loads(
+        kubectl(a.kubeconfig, "get", "cm", cfg.agent.name, "-n", cfg.agent.namespace, "-o", "json")
+    )
+    assert parent["metadata"]["annotations"][SUSPENDED] == "true"
+    sha = repo.commit({"clusters/pool-a/app.yaml": configmaps(ns, "two")})
+    wait_for("suspended", lambda: cluster_status(cfg, "pool-a")["state"] == "suspended", 30)
+    assert cluster_status(cfg, "pool-a")["revision"] == sha
+    assert _cm(a.kubeconfig, ns, "settings")["data"]["greeting"] == "one"  # type: ignore[index]
 
-        out = runner.invoke(cli_ops.resume, ["--config", cfg.file, "--cluster", "pool-a"])
-        assert out.exit_code == 0, out.output
-        wait_for(
-            "resumed and applied",
-            lambda: (_cm(a.kubeconfig, ns, "settings") or {}).get("data", {}).get("greeting") == "two",
-            30,
-        )
+    out = runner.invoke(cli_ops.resume, ["--config", cfg.file, "--cluster", "pool-a"])
+    assert out.exit_code == 0, out.output
+    wait_for(
+        "resumed and applied",
+        lambda: (_cm(a.kubeconfig, ns, "settings") or {}).get("data", {}).get("greeting") == "two",
+        30,
+    )
 
-        out = runner.invoke(cli_ops.sync, ["--config", cfg.file, "--cluster", "pool-a"])
-        assert out.exit_code == 0 and "pass requested from the running agent" in out.output, out.output
-        out = runner.invoke(cli_ops.sync, ["--config", cfg.file, "--cluster", "nope"])
-        assert out.exit_code == 2 and "no cluster named 'nope'" in out.output
+    out = runner.invoke(cli_ops.sync, ["--config", cfg.file, "--cluster", "pool-a"])
+    assert out.exit_code == 0 and "pass requested from the running agent" in out.output, out.output
+    out = runner.invoke(cli_ops.sync, ["--config", cfg.file, "--cluster", "nope"])
+    assert out.exit_code == 2 and "no cluster named 'nope'" in out.output
 
-        wait_for("synced", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
-        out = runner.invoke(cli_ops.status, ["--config", cfg.file])
-        assert out.exit_code == 0, out.output
-        lines = out.output.splitlines()
-        assert lines[1].split()[:2] == ["CLUSTER", "STATE"]
-        row = next(line for line in lines if line.startswith("pool-a"))
-        assert " ok " in f" {row} " and sha[:12] in row
-    finally:
-        daemon.stop(grace=2)
+    wait_for("synced", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
+    out = runner.invoke(cli_ops.status, ["--config", cfg.file])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[1].split()[:2] == ["CLUSTER", "STATE"]
+    row = next(line for line in lines if line.startswith("pool-a"))
+    assert " ok " in f" {row} " and sha[:12] in row
+    daemon.stop(grace=2)
     # No agent answers any more: sync runs the pass itself.
     repo.commit({"clusters/pool-a/app.yaml": configmaps(ns, "three")})
     out = runner.invoke(cli_ops.sync, ["--config", cfg.file, "--cluster", "pool-a"])
-    try:
-        assert out.exit_code == 0, out.output
-        assert "running one pass here" in out.output
-        assert _cm(a.kubeconfig, ns, "settings")["data"]["greeting"] == "three"  # type: ignore[index]
-        out = runner.invoke(cli_ops.status, ["--config", cfg.file])
-        assert out.exit_code == 1 and "no agent answers" in out.output
-    finally:
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    assert out.exit_code == 0, out.output
+    assert "running one pass here" in out.output
+    assert _cm(a.kubeconfig, ns, "settings")["data"]["greeting"] == "three"  # type: ignore[index]
+    out = runner.invoke(cli_ops.status, ["--config", cfg.file])
+    assert out.exit_code == 1 and "no agent answers" in out.output
 
 
 def test_failed_and_pruned_objects_become_events_on_the_applyset_parent(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("events")
+    ns = e2e.namespace("events")
     bad = f"""
 apiVersion: v1
 kind: Service
@@ -155,46 +144,36 @@ spec:
   ports: [{{port: 80}}]
 """
     repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "hi", "keep", "drop")})
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
-    try:
-        assert agent.reconcile()["pool-a"].ok
-        repo.commit({"clusters/pool-a/app.yaml": configmaps(ns, "hi", "keep") + "---\n" + bad})
-        result = agent.reconcile()["pool-a"]
-        assert result.failed == 1
-        client = KubeClient.from_config(agent.config.cluster("pool-a"))
-        try:
-            evs = list(events_for(client, agent.config.agent.namespace, agent.config.agent.name))
-        finally:
-            client.close()
-        by_reason = {e["reason"]: e for e in evs}
-        assert "ApplyFailed" in by_reason and "Pruned" in by_reason, evs
-        assert f"Service/{ns}/broken" in by_reason["ApplyFailed"]["message"]
-        assert "NotAType" in by_reason["ApplyFailed"]["message"]
-        assert by_reason["ApplyFailed"]["type"] == "Warning"
-        assert f"ConfigMap/{ns}/drop" in by_reason["Pruned"]["message"]
-        assert by_reason["Pruned"]["involvedObject"]["name"] == agent.config.agent.name
-        # The same failure in the next pass of the same revision is counted, not repeated.
-        agent.reconcile()
-        client = KubeClient.from_config(agent.config.cluster("pool-a"))
-        try:
-            again = [
-                e
-                for e in events_for(client, agent.config.agent.namespace, agent.config.agent.name)
-                if e["reason"] == "ApplyFailed"
-            ]
-        finally:
-            client.close()
-        assert len(again) == 1 and again[0]["count"] == 2
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    assert agent.reconcile()["pool-a"].ok
+    repo.commit({"clusters/pool-a/app.yaml": configmaps(ns, "hi", "keep") + "---\n" + bad})
+    result = agent.reconcile()["pool-a"]
+    assert result.failed == 1
+    client = KubeClient.from_config(agent.config.cluster("pool-a"))
+    e2e.at_end(client.close)
+    evs = list(events_for(client, agent.config.agent.namespace, agent.config.agent.name))
+    by_reason = {e["reason"]: e for e in evs}
+    assert "ApplyFailed" in by_reason and "Pruned" in by_reason, evs
+    assert f"Service/{ns}/broken" in by_reason["ApplyFailed"]["message"]
+    assert "NotAType" in by_reason["ApplyFailed"]["message"]
+    assert by_reason["ApplyFailed"]["type"] == "Warning"
+    assert f"ConfigMap/{ns}/drop" in by_reason["Pruned"]["message"]
+    assert by_reason["Pruned"]["involvedObject"]["name"] == agent.config.agent.name
+    # The same failure in the next pass of the same revision is counted, not repeated.
+    agent.reconcile()
+    again = [
+        e
+        for e in events_for(client, agent.config.agent.namespace, agent.config.agent.name)
+        if e["reason"] == "ApplyFailed"
+    ]
+    assert len(again) == 1 and again[0]["count"] == 2
 
 
 def test_gitops_agent_run_reloaded_with_another_source_url_polls_and_applies_the_new_repository(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("moved")
+    ns = e2e.namespace("moved")
     first = make_repo(tmp_path / "first", {"clusters/pool-a/app.yaml": configmaps(ns, "first")})
     second = make_repo(tmp_path / "second", {"clusters/pool-a/app.yaml": configmaps(ns, "second")})
     cfg = tune(write_config(tmp_path, first, {"pool-a": a}), agent_lines='reload_interval = "1s"')
@@ -229,15 +208,14 @@ def test_gitops_agent_run_reloaded_with_another_source_url_polls_and_applies_the
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
     assert proc.returncode == 0, log.read_text()[-3000:]
 
 
 def test_a_source_that_cannot_be_reached_is_named_in_status_while_the_default_source_converges_the_cluster(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, daemons: Daemons
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("named")
+    ns = e2e.namespace("named")
     repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "hi")})
     cfg = write_config(tmp_path, repo, {"pool-a": a})
     extra = (
@@ -246,36 +224,30 @@ def test_a_source_that_cannot_be_reached_is_named_in_status_while_the_default_so
     )
     Path(cfg.file).write_text(Path(cfg.file).read_text() + extra)
     cfg = tune(cfg)
-    daemon = start_daemon(cfg, reload_interval=0.3)
-    try:
-        wait_for("pool-a ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
-        assert _greeting(a.kubeconfig, ns) == "hi"
-        doc = wait_for(
-            "the extra source's error", lambda: (d := status(cfg))["sources"][1]["error"] and d, 30
-        )
-        default, named = doc["sources"]
-        assert default == {
-            "name": "default",
-            "url": str(repo.path),
-            "ref": "branch main",
-            "revision": _head(repo.path),
-            "error": None,
-        }
-        assert named["name"] == "extra" and named["revision"] is None
-        assert named["error"].startswith(f"source 'extra': {tmp_path / 'missing.git'}: ")
-        assert doc["source_error"] == named["error"] and doc["revision"] == _head(repo.path)
-        assert http(url(cfg, "/readyz"))[0] == 200  # every source was polled once; one failing is status
-        metrics = daemon.metrics.render().decode()
-        assert 'gitops_agent_source_failures_total{source="extra"}' in metrics
-        assert 'gitops_agent_source_last_success_timestamp_seconds{source="default"}' in metrics
-        # The app and its source removed: the source is forgotten, in status and in metrics.
-        Path(cfg.file).write_text(Path(cfg.file).read_text().replace(extra, "\n"))
-        wait_for("extra gone", lambda: [s["name"] for s in status(cfg)["sources"]] == ["default"], 30)
-        assert status(cfg)["source_error"] is None
-        assert 'source="extra"' not in daemon.metrics.render().decode()
-    finally:
-        daemon.stop(grace=2)
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    daemon = daemons(cfg, reload_interval=0.3)
+    wait_for("pool-a ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
+    assert _greeting(a.kubeconfig, ns) == "hi"
+    doc = wait_for("the extra source's error", lambda: (d := status(cfg))["sources"][1]["error"] and d, 30)
+    default, named = doc["sources"]
+    assert default == {
+        "name": "default",
+        "url": str(repo.path),
+        "ref": "branch main",
+        "revision": _head(repo.path),
+        "error": None,
+    }
+    assert named["name"] == "extra" and named["revision"] is None
+    assert named["error"].startswith(f"source 'extra': {tmp_path / 'missing.git'}: ")
+    assert doc["source_error"] == named["error"] and doc["revision"] == _head(repo.path)
+    assert http(url(cfg, "/readyz"))[0] == 200  # every source was polled once; one failing is status
+    metrics = daemon.metrics.render().decode()
+    assert 'gitops_agent_source_failures_total{source="extra"}' in metrics
+    assert 'gitops_agent_source_last_success_timestamp_seconds{source="default"}' in metrics
+    # The app and its source removed: the source is forgotten, in status and in metrics.
+    Path(cfg.file).write_text(Path(cfg.file).read_text().replace(extra, "\n"))
+    wait_for("extra gone", lambda: [s["name"] for s in status(cfg)["sources"]] == ["default"], 30)
+    assert status(cfg)["source_error"] is None
+    assert 'source="extra"' not in daemon.metrics.render().decode()
 
 
 def _greeting(kubeconfig: Path, ns: str) -> str | None:

@@ -23,7 +23,7 @@ import pytest
 from agent.dev import localcluster
 from agent.dev.process import LocalCluster
 from agent.model import ObjectKey, Outcome
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -75,10 +75,10 @@ def run_once(config: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_two_entries_reaching_one_cluster_through_two_urls_are_both_refused_and_nothing_is_touched(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("shared")
+    ns = e2e.namespace("shared")
     kubectl(a.kubeconfig, "create", "namespace", ns)
     # The same API server under another name: only its kube-system UID says it is the same cluster.
     via_localhost = tmp_path / "localhost.kubeconfig"
@@ -93,46 +93,37 @@ def test_two_entries_reaching_one_cluster_through_two_urls_are_both_refused_and_
         },
     )
     name = unique("agent")
-    try:
-        first = Agent(write_config(tmp_path, repo, {"team-a": a}, agent=name))
-        try:
-            assert first.reconcile()["team-a"].ok
-        finally:
-            first.close()
-        team_a_data, inventory = uid_of(a, "team-a-data", ns), parent(a, name)
-        assert team_a_data and inventory
+    first = e2e.agent(write_config(tmp_path, repo, {"team-a": a}, agent=name))
+    assert first.reconcile()["team-a"].ok
+    team_a_data, inventory = uid_of(a, "team-a-data", ns), parent(a, name)
+    assert team_a_data and inventory
 
-        both = write_config(tmp_path, repo, {"team-a": a, "team-b": via_localhost}, agent=name)
-        agent = Agent(both)
-        try:
-            # A daemon passes each entry on its own schedule: the first pass of either entry, before
-            # the other ever passed, already refuses.
-            alone = agent.fleet.reconcile_one("team-a", agent.revision())
-            together = agent.reconcile()
-            status = {n: st.to_json() for n, st in agent.fleet.status.items()}
-        finally:
-            agent.close()
+    both = write_config(tmp_path, repo, {"team-a": a, "team-b": via_localhost}, agent=name)
+    agent = e2e.agent(both)
+    # A daemon passes each entry on its own schedule: the first pass of either entry, before
+    # the other ever passed, already refuses.
+    alone = agent.fleet.reconcile_one("team-a", agent.revision())
+    together = agent.reconcile()
+    status = {n: st.to_json() for n, st in agent.fleet.status.items()}
 
-        assert uid_of(a, "team-a-data", ns) == team_a_data, "team-a's object was deleted (or re-created)"
-        assert uid_of(a, "team-b-data", ns) == "", "team-b's object was applied"
-        assert parent(a, name)["metadata"]["resourceVersion"] == inventory["metadata"]["resourceVersion"]
-        for result in (alone, together["team-a"], together["team-b"]):
-            assert not result.ok and result.refused == "shared-cluster", (result.cluster, result.error)
-            assert "'team-a'" in (result.error or "") and "'team-b'" in (result.error or ""), result.error
-            assert result.results == [] and result.prune_refused is None
-        for entry in ("team-a", "team-b"):
-            assert status[entry]["state"] == "refused" and status[entry]["refused"] == "shared-cluster"
+    assert uid_of(a, "team-a-data", ns) == team_a_data, "team-a's object was deleted (or re-created)"
+    assert uid_of(a, "team-b-data", ns) == "", "team-b's object was applied"
+    assert parent(a, name)["metadata"]["resourceVersion"] == inventory["metadata"]["resourceVersion"]
+    for result in (alone, together["team-a"], together["team-b"]):
+        assert not result.ok and result.refused == "shared-cluster", (result.cluster, result.error)
+        assert "'team-a'" in (result.error or "") and "'team-b'" in (result.error or ""), result.error
+        assert result.results == [] and result.prune_refused is None
+    for entry in ("team-a", "team-b"):
+        assert status[entry]["state"] == "refused" and status[entry]["refused"] == "shared-cluster"
 
-        done = run_once(both.file)
-        assert done.returncode == 1, (done.stdout, done.stderr)
-        rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip()}
-        for entry in ("team-a", "team-b"):
-            assert "refused (shared-cluster): entries 'team-a' and 'team-b'" in rows[entry], done.stdout
-        assert uid_of(a, "team-a-data", ns) == team_a_data
-        assert uid_of(a, "team-b-data", ns) == ""
-        assert parent(a, name)["metadata"]["resourceVersion"] == inventory["metadata"]["resourceVersion"]
-    finally:
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    done = run_once(both.file)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip()}
+    for entry in ("team-a", "team-b"):
+        assert "refused (shared-cluster): entries 'team-a' and 'team-b'" in rows[entry], done.stdout
+    assert uid_of(a, "team-a-data", ns) == team_a_data
+    assert uid_of(a, "team-b-data", ns) == ""
+    assert parent(a, name)["metadata"]["resourceVersion"] == inventory["metadata"]["resourceVersion"]
 
 
 def namespaced_rbac(cluster: LocalCluster, ns: str, service_account: str, role: str) -> str:
@@ -184,13 +175,15 @@ def namespaced_rbac(cluster: LocalCluster, ns: str, service_account: str, role: 
 
 
 def test_where_rbac_hides_kube_system_the_claim_on_the_inventory_refuses_the_entry_it_does_not_name(
-    tmp_path: Path, cluster_pool: ClusterPool, cluster_ctl: ClusterControl
+    tmp_path: Path, cluster_pool: ClusterPool, cluster_ctl: ClusterControl, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("claimed")
+    ns = e2e.namespace("claimed")
     kubectl(a.kubeconfig, "create", "namespace", ns)
     service_account = f"{ns}/{unique('team-b')}"
-    role = namespaced_rbac(a, ns, service_account, unique("team-b"))
+    role = unique("team-b")
+    e2e.delete_after(a, "role,rolebinding", role, "-n", AGENT_NAMESPACE)
+    namespaced_rbac(a, ns, service_account, role)
     limited = cluster_ctl.token(a, service_account, cluster_role=None)
     # The namespaced install: team-b's identity cannot read kube-system, so no UID to compare.
     hidden = localcluster.kubectl(limited, "auth", "can-i", "get", "namespaces/kube-system", check=False)
@@ -203,44 +196,34 @@ def test_where_rbac_hides_kube_system_the_claim_on_the_inventory_refuses_the_ent
         },
     )
     name = unique("agent")
-    try:
-        first = Agent(write_config(tmp_path, repo, {"team-a": a}, agent=name))
-        try:
-            assert first.reconcile()["team-a"].ok
-        finally:
-            first.close()
-        team_a_data, inventory = uid_of(a, "team-a-data", ns), parent(a, name)
-        assert team_a_data and claim(inventory) == "team-a"
+    first = e2e.agent(write_config(tmp_path, repo, {"team-a": a}, agent=name))
+    assert first.reconcile()["team-a"].ok
+    team_a_data, inventory = uid_of(a, "team-a-data", ns), parent(a, name)
+    assert team_a_data and claim(inventory) == "team-a"
 
-        agent = Agent(write_config(tmp_path, repo, {"team-a": a, "team-b": limited}, agent=name))
-        try:
-            results = agent.reconcile()
-            status = {n: st.to_json() for n, st in agent.fleet.status.items()}
-        finally:
-            agent.close()
+    agent = e2e.agent(write_config(tmp_path, repo, {"team-a": a, "team-b": limited}, agent=name))
+    results = agent.reconcile()
+    status = {n: st.to_json() for n, st in agent.fleet.status.items()}
 
-        assert uid_of(a, "team-a-data", ns) == team_a_data, "team-a's object was deleted (or re-created)"
-        assert uid_of(a, "team-b-data", ns) == "", "team-b's object was applied"
-        after = parent(a, name)
-        assert after["metadata"]["resourceVersion"] == inventory["metadata"]["resourceVersion"]
-        assert claim(after) == "team-a"
-        refused = results["team-b"]
-        assert not refused.ok and refused.refused == "claimed", refused.error
-        assert "'team-a'" in (refused.error or "") and "'team-b'" in (refused.error or ""), refused.error
-        assert refused.results == []
-        assert status["team-b"]["state"] == "refused" and status["team-b"]["refused"] == "claimed"
-        assert results["team-a"].ok and results["team-a"].refused is None, results["team-a"].error
-        assert status["team-a"]["state"] == "ok"
-    finally:
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
-        kubectl(a.kubeconfig, "delete", "role,rolebinding", role, "-n", AGENT_NAMESPACE, check=False)
+    assert uid_of(a, "team-a-data", ns) == team_a_data, "team-a's object was deleted (or re-created)"
+    assert uid_of(a, "team-b-data", ns) == "", "team-b's object was applied"
+    after = parent(a, name)
+    assert after["metadata"]["resourceVersion"] == inventory["metadata"]["resourceVersion"]
+    assert claim(after) == "team-a"
+    refused = results["team-b"]
+    assert not refused.ok and refused.refused == "claimed", refused.error
+    assert "'team-a'" in (refused.error or "") and "'team-b'" in (refused.error or ""), refused.error
+    assert refused.results == []
+    assert status["team-b"]["state"] == "refused" and status["team-b"]["refused"] == "claimed"
+    assert results["team-a"].ok and results["team-a"].refused is None, results["team-a"].error
+    assert status["team-a"]["state"] == "ok"
 
 
 def test_a_single_entry_keeps_working_and_claims_its_inventory_also_one_written_before_claims_existed(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("single")
+    ns = e2e.namespace("single")
     objects = configmap(ns, "keep") + "---\n" + configmap(ns, "gone")
     repo = make_repo(
         tmp_path,
@@ -249,33 +232,29 @@ def test_a_single_entry_keeps_working_and_claims_its_inventory_also_one_written_
             + objects
         },
     )
-    agent = Agent(write_config(tmp_path, repo, {"pool-a": a}))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
     name = agent.config.agent.name
-    try:
-        first = agent.reconcile()["pool-a"]
-        assert first.ok and first.count(Outcome.CREATED) == 3, first.error
-        assert claim(parent(a, name)) == "pool-a"
+    first = agent.reconcile()["pool-a"]
+    assert first.ok and first.count(Outcome.CREATED) == 3, first.error
+    assert claim(parent(a, name)) == "pool-a"
 
-        # A parent as the agent wrote it before claims existed: the next pass claims it, members kept.
-        kubectl(a.kubeconfig, "annotate", "configmap", name, "-n", AGENT_NAMESPACE, f"{CLAIM}-")
-        assert claim(parent(a, name)) is None
-        members = agent.tracked()
-        again = agent.reconcile()["pool-a"]
-        assert again.ok and again.count(Outcome.UNCHANGED) == 3, again.error
-        assert claim(parent(a, name)) == "pool-a"
-        assert agent.tracked() == members
+    # A parent as the agent wrote it before claims existed: the next pass claims it, members kept.
+    kubectl(a.kubeconfig, "annotate", "configmap", name, "-n", AGENT_NAMESPACE, f"{CLAIM}-")
+    assert claim(parent(a, name)) is None
+    members = agent.tracked()
+    again = agent.reconcile()["pool-a"]
+    assert again.ok and again.count(Outcome.UNCHANGED) == 3, again.error
+    assert claim(parent(a, name)) == "pool-a"
+    assert agent.tracked() == members
 
-        repo.commit(
-            {
-                "clusters/pool-a/app.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n"
-                + configmap(ns, "keep")
-            }
-        )
-        pruned = agent.reconcile()["pool-a"]
-        assert pruned.ok and pruned.count(Outcome.PRUNED) == 1, pruned.error
-        assert uid_of(a, "gone", ns) == "" and uid_of(a, "keep", ns)
-        assert ObjectKey("", "ConfigMap", ns, "gone") not in agent.tracked()
-        assert claim(parent(a, name)) == "pool-a"
-    finally:
-        agent.close()
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+    repo.commit(
+        {
+            "clusters/pool-a/app.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n"
+            + configmap(ns, "keep")
+        }
+    )
+    pruned = agent.reconcile()["pool-a"]
+    assert pruned.ok and pruned.count(Outcome.PRUNED) == 1, pruned.error
+    assert uid_of(a, "gone", ns) == "" and uid_of(a, "keep", ns)
+    assert ObjectKey("", "ConfigMap", ns, "gone") not in agent.tracked()
+    assert claim(parent(a, name)) == "pool-a"

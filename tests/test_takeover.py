@@ -21,7 +21,7 @@ from agent.cli.takeover import takeover
 from agent.kube.client import KubeClient
 from agent.model import Outcome
 from agent.plan.fields import managed_entries, render_path
-from tests.agentkit import Agent, make_repo, outcomes, unique, write_config
+from tests.agentkit import E2E, make_repo, outcomes, unique, write_config
 from tests.clusters import TestNamespace, kubectl
 
 DATA = {"greeting": "hello", "legacy": "old"}
@@ -57,10 +57,11 @@ def _owners(client: KubeClient, kind: str, ns: str, name: str) -> dict[str, set[
 
 
 def test_readopt_takeover_moves_only_git_declared_paths_from_leftover_managers(
-    tmp_path: Path, namespace: TestNamespace
+    tmp_path: Path, namespace: TestNamespace, e2e: E2E
 ) -> None:
     ns, kc = namespace.name, namespace.cluster.kubeconfig
     client = KubeClient.connect("takeover", kubeconfig=str(kc))
+    e2e.at_end(client.close)
     settings, control, deployment = _objects(ns, DATA)
     # Before the agent: client-side kubectl apply, an old tool, and an HPA scaling through /scale.
     (tmp_path / "old.yaml").write_text(yaml.safe_dump_all([settings, deployment]))
@@ -76,71 +77,63 @@ def test_readopt_takeover_moves_only_git_declared_paths_from_leftover_managers(
     repo = make_repo(tmp_path, _files(ns, DATA))
     config = write_config(tmp_path, repo, {"pool-a": namespace.cluster}, agent=unique("takeover-agent"))
     ours = config.agent.name
-    agent = Agent(config)
-    try:
-        first = agent.reconcile()["pool-a"]
-        assert first.ok, (first.error, outcomes(first))
-        assert "data.greeting" in _owners(client, "ConfigMap", ns, "settings")["kubectl-client-side-apply"]
+    agent = e2e.agent(config)
+    first = agent.reconcile()["pool-a"]
+    assert first.ok, (first.error, outcomes(first))
+    assert "data.greeting" in _owners(client, "ConfigMap", ns, "settings")["kubectl-client-side-apply"]
 
-        runner = CliRunner()
-        args = ["--config", config.file, "--cluster", "pool-a", "--manager", "kubectl-client-side-apply"]
-        rv_before = (client.get(client.resource("v1", "ConfigMap"), ns, "settings") or {})["metadata"]
-        shown = runner.invoke(takeover, args)
-        assert shown.exit_code == 0, shown.output
-        assert "dry run" in shown.output and f"ConfigMap/{ns}/settings" in shown.output
-        assert (
-            f"kubectl-client-side-apply (Update) → {ours}" in shown.output and "data.legacy" in shown.output
-        )
-        assert "left to kube-controller-manager (scale): spec.replicas" in shown.output
-        assert f"ConfigMap/{ns}/control" not in shown.output  # legacy-tool was not named
-        rv_after = (client.get(client.resource("v1", "ConfigMap"), ns, "settings") or {})["metadata"]
-        assert rv_after["resourceVersion"] == rv_before["resourceVersion"], "a dry run must write nothing"
+    runner = CliRunner()
+    args = ["--config", config.file, "--cluster", "pool-a", "--manager", "kubectl-client-side-apply"]
+    rv_before = (client.get(client.resource("v1", "ConfigMap"), ns, "settings") or {})["metadata"]
+    shown = runner.invoke(takeover, args)
+    assert shown.exit_code == 0, shown.output
+    assert "dry run" in shown.output and f"ConfigMap/{ns}/settings" in shown.output
+    assert f"kubectl-client-side-apply (Update) → {ours}" in shown.output and "data.legacy" in shown.output
+    assert "left to kube-controller-manager (scale): spec.replicas" in shown.output
+    assert f"ConfigMap/{ns}/control" not in shown.output  # legacy-tool was not named
+    rv_after = (client.get(client.resource("v1", "ConfigMap"), ns, "settings") or {})["metadata"]
+    assert rv_after["resourceVersion"] == rv_before["resourceVersion"], "a dry run must write nothing"
 
-        done = runner.invoke(takeover, [*args, "--apply"])
-        assert done.exit_code == 0, done.output
-        assert f"configured ConfigMap/{ns}/settings" in " ".join(done.output.split())
-        owners = _owners(client, "ConfigMap", ns, "settings")
-        declared = {
-            "data.greeting",
-            "data.legacy",
-            "metadata.labels.app",
-            "metadata.labels.applyset.kubernetes.io/part-of",
-        }
-        assert not (owners.get("kubectl-client-side-apply", set()) & declared), owners
-        # Only Git-declared paths moved: the label Git never declared stays with its manager.
-        assert "metadata.labels.team" in owners["kubectl-client-side-apply"]
-        assert {"data.greeting", "data.legacy", "metadata.labels.app"} <= owners[ours]
-        dep_owners = _owners(client, "Deployment", ns, "web")
-        assert "spec.replicas" in dep_owners["kube-controller-manager/scale"]
-        assert "spec.replicas" not in dep_owners.get(ours, set())
-        assert (client.get(dep_info, ns, "web") or {})["spec"]["replicas"] == 3
+    done = runner.invoke(takeover, [*args, "--apply"])
+    assert done.exit_code == 0, done.output
+    assert f"configured ConfigMap/{ns}/settings" in " ".join(done.output.split())
+    owners = _owners(client, "ConfigMap", ns, "settings")
+    declared = {
+        "data.greeting",
+        "data.legacy",
+        "metadata.labels.app",
+        "metadata.labels.applyset.kubernetes.io/part-of",
+    }
+    assert not (owners.get("kubectl-client-side-apply", set()) & declared), owners
+    # Only Git-declared paths moved: the label Git never declared stays with its manager.
+    assert "metadata.labels.team" in owners["kubectl-client-side-apply"]
+    assert {"data.greeting", "data.legacy", "metadata.labels.app"} <= owners[ours]
+    dep_owners = _owners(client, "Deployment", ns, "web")
+    assert "spec.replicas" in dep_owners["kube-controller-manager/scale"]
+    assert "spec.replicas" not in dep_owners.get(ours, set())
+    assert (client.get(dep_info, ns, "web") or {})["spec"]["replicas"] == 3
 
-        calm = {str(r.key): r for r in agent.reconcile()["pool-a"].results}
-        assert {calm[f"ConfigMap/{ns}/{n}"].outcome for n in ("settings", "control")} == {Outcome.UNCHANGED}
-        # The Deployment differs only in the HPA's replicas, yielded: nothing is sent (apply.py reports a
-        # CONFLICT with no body as skipped).
-        web = calm[f"Deployment.apps/{ns}/web"]
-        assert web.outcome in (Outcome.UNCHANGED, Outcome.SKIPPED) and "yielded" in web.message, web
+    calm = {str(r.key): r for r in agent.reconcile()["pool-a"].results}
+    assert {calm[f"ConfigMap/{ns}/{n}"].outcome for n in ("settings", "control")} == {Outcome.UNCHANGED}
+    # The Deployment differs only in the HPA's replicas, yielded: nothing is sent (apply.py reports a
+    # CONFLICT with no body as skipped).
+    web = calm[f"Deployment.apps/{ns}/web"]
+    assert web.outcome in (Outcome.UNCHANGED, Outcome.SKIPPED) and "yielded" in web.message, web
 
-        # Why it matters: a key dropped from Git now really goes; where the old owner stayed, it stays.
-        repo.commit(_files(ns, {"greeting": "hello"}), "drop legacy")
-        dropped = agent.reconcile()["pool-a"]
-        assert dropped.ok and dropped.count(Outcome.CONFIGURED) == 2, outcomes(dropped)
-        assert (client.get(cm_info, ns, "settings") or {})["data"] == {"greeting": "hello"}
-        assert (client.get(cm_info, ns, "control") or {})["data"] == DATA  # legacy-tool co-owns it
-        again = runner.invoke(takeover, ["--config", config.file, "--cluster", "pool-a"])
-        # Without --manager only known leftovers count: legacy-tool is no known name and not the only
-        # owner (the agent co-owns), so it is taken over only when named.
-        assert again.exit_code == 0, again.output
-        assert f"ConfigMap/{ns}/control" not in again.output
-        named = runner.invoke(
-            takeover, ["--config", config.file, "--cluster", "pool-a", "--manager", "legacy-*"]
-        )
-        assert f"legacy-tool (Update) → {ours}" in named.output and "data.greeting" in named.output
-        assert "data.legacy" not in named.output, "Git no longer declares it: never taken over"
-    finally:
-        agent.close()
-        client.close()
+    # Why it matters: a key dropped from Git now really goes; where the old owner stayed, it stays.
+    repo.commit(_files(ns, {"greeting": "hello"}), "drop legacy")
+    dropped = agent.reconcile()["pool-a"]
+    assert dropped.ok and dropped.count(Outcome.CONFIGURED) == 2, outcomes(dropped)
+    assert (client.get(cm_info, ns, "settings") or {})["data"] == {"greeting": "hello"}
+    assert (client.get(cm_info, ns, "control") or {})["data"] == DATA  # legacy-tool co-owns it
+    again = runner.invoke(takeover, ["--config", config.file, "--cluster", "pool-a"])
+    # Without --manager only known leftovers count: legacy-tool is no known name and not the only
+    # owner (the agent co-owns), so it is taken over only when named.
+    assert again.exit_code == 0, again.output
+    assert f"ConfigMap/{ns}/control" not in again.output
+    named = runner.invoke(takeover, ["--config", config.file, "--cluster", "pool-a", "--manager", "legacy-*"])
+    assert f"legacy-tool (Update) → {ours}" in named.output and "data.greeting" in named.output
+    assert "data.legacy" not in named.output, "Git no longer declares it: never taken over"
 
 
 def test_takeover_detects_leftovers_by_name_and_by_sole_ownership() -> None:

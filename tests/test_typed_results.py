@@ -29,7 +29,7 @@ from agent.report.events import events_for
 from agent.run.fleet import Fleet
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
-from tests.test_daemon_kit import configmaps, tune
+from tests.daemonkit import configmaps, tune
 
 AGENT = Path(__file__).resolve().parents[1] / "agent"
 #: Attributes that hold text meant for people.

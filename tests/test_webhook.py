@@ -1,4 +1,4 @@
-"""A mutating admission webhook does not make the agent fight it (issue 4; DESIGN.md invariant 4).
+"""A mutating admission webhook does not make the agent fight it (issue 4; docs/safety.md rule 4).
 
 A small HTTPS server on loopback (its own CA, made with ``cryptography``,
 served from a thread) is registered with a real API server through a
@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from agent.model import Outcome
-from tests.agentkit import Agent, make_repo, outcomes, unique, write_config
+from tests.agentkit import E2E, make_repo, outcomes, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -231,64 +231,57 @@ def _our_entry_times(kubeconfig: Path, ns: str, manager: str) -> dict[str, str]:
 
 
 def test_never_revert_a_mutating_webhook_later_passes_are_no_ops_with_zero_writes(
-    tmp_path: Path, cluster_pool: ClusterPool
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     cluster = cluster_pool["pool-a"]
-    ns, name = unique("webhook"), unique("injector")
+    ns, name = e2e.namespace("webhook"), unique("injector")
+    e2e.delete_after(cluster, "mutatingwebhookconfiguration", name)
     selector = {"gitops-agent-test/webhook": name}
     ca, cert, key = _pki(tmp_path)
     injector = Injector()
     repo = make_repo(tmp_path, _app(ns, selector, "hello"))
     config = write_config(tmp_path, repo, {"pool-a": cluster}, agent=unique("wh-agent"))
     manager = config.agent.name
-    agent = Agent(config)
+    agent = e2e.agent(config)
     config_file = tmp_path / "webhook.json"
     with serve(injector, cert, key) as port:
         config_file.write_text(json.dumps(_webhook_config(name, port, ca, selector)))
         kubectl(cluster.kubeconfig, "apply", "--server-side", "-f", str(config_file))
-        try:
-            first = agent.reconcile()["pool-a"]
-            assert first.ok, first.error
-            assert first.count(Outcome.CREATED) == 3, outcomes(first)
-            assert len(injector.calls_by(manager)) >= 2, injector.seen  # the webhook did mutate our writes
-            deployment = _get(cluster.kubeconfig, "deployment/web", "-n", ns)
-            assert deployment["metadata"]["labels"]["mesh"] == "injected"
-            names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
-            assert names == ["web", "mesh-proxy"]
-            assert (
-                _get(cluster.kubeconfig, "configmap/settings", "-n", ns)["metadata"]["labels"]["mesh"]
-                == "injected"
-            )
+        first = agent.reconcile()["pool-a"]
+        assert first.ok, first.error
+        assert first.count(Outcome.CREATED) == 3, outcomes(first)
+        assert len(injector.calls_by(manager)) >= 2, injector.seen  # the webhook did mutate our writes
+        deployment = _get(cluster.kubeconfig, "deployment/web", "-n", ns)
+        assert deployment["metadata"]["labels"]["mesh"] == "injected"
+        names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+        assert names == ["web", "mesh-proxy"]
+        assert (
+            _get(cluster.kubeconfig, "configmap/settings", "-n", ns)["metadata"]["labels"]["mesh"]
+            == "injected"
+        )
 
-            written = len(injector.calls_by(manager))
-            times = _our_entry_times(cluster.kubeconfig, ns, manager)
-            generation = deployment["metadata"]["generation"]
-            for _ in range(3):
-                again = agent.reconcile()["pool-a"]
-                assert again.ok, again.error
-                assert set(outcomes(again).values()) == {"unchanged"}, outcomes(again)
-            assert len(injector.calls_by(manager)) == written, "the agent wrote again: it fights the webhook"
-            assert _our_entry_times(cluster.kubeconfig, ns, manager) == times
-            assert (
-                _get(cluster.kubeconfig, "deployment/web", "-n", ns)["metadata"]["generation"] == generation
-            )
+        written = len(injector.calls_by(manager))
+        times = _our_entry_times(cluster.kubeconfig, ns, manager)
+        generation = deployment["metadata"]["generation"]
+        for _ in range(3):
+            again = agent.reconcile()["pool-a"]
+            assert again.ok, again.error
+            assert set(outcomes(again).values()) == {"unchanged"}, outcomes(again)
+        assert len(injector.calls_by(manager)) == written, "the agent wrote again: it fights the webhook"
+        assert _our_entry_times(cluster.kubeconfig, ns, manager) == times
+        assert _get(cluster.kubeconfig, "deployment/web", "-n", ns)["metadata"]["generation"] == generation
 
-            # A Git change is applied; what the webhook added survives it, and calm returns.
-            repo.commit(_app(ns, selector, "bonjour"), "new greeting")
-            changed = agent.reconcile()["pool-a"]
-            assert changed.ok and outcomes(changed)[f"ConfigMap/{ns}/settings"] == "configured"
-            settings = _get(cluster.kubeconfig, "configmap/settings", "-n", ns)
-            assert (
-                settings["data"]["greeting"] == "bonjour"
-                and settings["metadata"]["labels"]["mesh"] == "injected"
-            )
-            written = len(injector.calls_by(manager))
-            calm = agent.reconcile()["pool-a"]
-            assert set(outcomes(calm).values()) == {"unchanged"}, outcomes(calm)
-            assert len(injector.calls_by(manager)) == written
-            containers = _get(cluster.kubeconfig, "deployment/web", "-n", ns)["spec"]["template"]["spec"]
-            assert [c["name"] for c in containers["containers"]] == ["web", "mesh-proxy"]
-        finally:
-            agent.close()
-            kubectl(cluster.kubeconfig, "delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-            kubectl(cluster.kubeconfig, "delete", "namespace", ns, "--wait=false", "--ignore-not-found")
+        # A Git change is applied; what the webhook added survives it, and calm returns.
+        repo.commit(_app(ns, selector, "bonjour"), "new greeting")
+        changed = agent.reconcile()["pool-a"]
+        assert changed.ok and outcomes(changed)[f"ConfigMap/{ns}/settings"] == "configured"
+        settings = _get(cluster.kubeconfig, "configmap/settings", "-n", ns)
+        assert (
+            settings["data"]["greeting"] == "bonjour" and settings["metadata"]["labels"]["mesh"] == "injected"
+        )
+        written = len(injector.calls_by(manager))
+        calm = agent.reconcile()["pool-a"]
+        assert set(outcomes(calm).values()) == {"unchanged"}, outcomes(calm)
+        assert len(injector.calls_by(manager)) == written
+        containers = _get(cluster.kubeconfig, "deployment/web", "-n", ns)["spec"]["template"]["spec"]
+        assert [c["name"] for c in containers["containers"]] == ["web", "mesh-proxy"]

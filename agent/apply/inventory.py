@@ -10,7 +10,7 @@ what the agent owns; members carry ``applyset.kubernetes.io/part-of=<id>``.
 ApplySets have no member list, so the parent also stores the identities and
 UIDs of the members we applied (gzip'd JSON in ``binaryData``; 10k members fit
 well under the 1 MiB object limit). Widened before applying, narrowed only
-after pruning (invariant 10). Operator state that must survive restarts
+after pruning (docs/safety.md rule 10). Operator state that must survive restarts
 (suspension, prune approvals) lives in the parent's annotations.
 
 The parent is keyed by agent name only, so two config entries (or two installs

@@ -6,15 +6,15 @@ orphaned, what is kept and why, or a refusal of the whole prune. ``execute``
 performs the decision against the cluster. ``reconcile`` calls both after
 applying.
 
-An object is deleted only if (invariant 1) it is in this cluster's inventory,
+An object is deleted only if (docs/safety.md rule 1) it is in this cluster's inventory,
 carries our part-of label, that label is owned by our field manager's Apply
 entry, its kind was listed completely in this pass, and it is absent from a
 desired set that rendered without error. Everything else prunes nothing:
 a failed or partial listing, an empty render without ``allow_empty``
-(invariant 2), a set beyond the mass-deletion brake without the approval of
-that exact set's digest (invariant 3). ``gitops-agent.io/prune: disabled``
+(docs/safety.md rule 2), a set beyond the mass-deletion brake without the approval of
+that exact set's digest (docs/safety.md rule 3). ``gitops-agent.io/prune: disabled``
 orphans instead of deleting, without changing the object's content
-(invariant 9).
+(docs/safety.md rule 9).
 """
 
 from __future__ import annotations

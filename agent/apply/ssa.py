@@ -8,12 +8,12 @@ fresh read (bounded) in the same pass. The re-plan also gets the 409's
 ``FieldManagerConflict`` causes: the server may name owners the object does
 not show (``before-first-apply`` after managedFields were cleared), and the
 conflict rules decide those too (``causes``). Never PUT, never a
-read-modify-written copy (invariant 4).
+read-modify-written copy (docs/safety.md rule 4).
 
 Order: Namespaces, then CRDs (waiting until Established and refreshing
 discovery), then other cluster-scoped objects, then namespaced ones; objects
 of one phase go in parallel on the cluster's own bounded pool. One rejected
-object is a ``FAILED`` result and the rest go on (invariant 6); only a
+object is a ``FAILED`` result and the rest go on (docs/safety.md rule 6); only a
 cluster-level failure (no answer, credentials refused) ends the pass.
 """
 

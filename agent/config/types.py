@@ -213,7 +213,7 @@ class ConflictRule:
         )
 
 
-#: Invariant 5's defaults: yield to whatever writes through `scale` and to the
+#: The defaults of docs/safety.md rule 5: yield to whatever writes through `scale` and to the
 #: controller manager; take over from kubectl and restore tools.
 DEFAULT_CONFLICT_RULES: tuple[ConflictRule, ...] = (
     ConflictRule(manager="*", subresource="scale", action="yield"),

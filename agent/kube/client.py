@@ -8,7 +8,7 @@ objects stay plain dicts: no model deserialisation on the hot path, and any
 kind — CRDs included — works through discovery.
 
 Each cluster has its own client, pool, timeouts and 429 handling, so one slow
-or broken cluster never borrows anything another needs (invariant 6).
+or broken cluster never borrows anything another needs (docs/safety.md rule 6).
 Failures become ``ApiError`` with the HTTP status and the server's ``Status``
 (reason, message, details), or status 0 and a ``Transport`` read from the
 exception's type when there was no answer.
@@ -77,7 +77,7 @@ class RequestOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class ListResult:
-    """A LIST of one kind. ``complete`` is the prune guard's evidence (invariant 1)."""
+    """A LIST of one kind. ``complete`` is the prune guard's evidence (docs/safety.md rule 1)."""
 
     items: tuple[Manifest, ...]
     complete: bool

@@ -1,4 +1,4 @@
-"""What a server-side apply 409 says about who holds which field, for the re-plan (invariant 5).
+"""What a server-side apply 409 says about who holds which field, for the re-plan (docs/safety.md rule 5).
 
 The plan predicts conflicts from live ``managedFields``; the server can know more
 than the object shows. After managedFields were cleared (``[{}]``, restores,

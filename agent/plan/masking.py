@@ -1,4 +1,4 @@
-"""Secret masking, done where the diff is made so no later layer can leak a value (invariant 11).
+"""Secret masking, done where the diff is made so no later layer can leak a value (docs/safety.md rule 11).
 
 A Secret's ``data``/``stringData`` values, and its
 ``kubectl.kubernetes.io/last-applied-configuration`` annotation (which holds

@@ -1,4 +1,4 @@
-"""The plan stage: a pure, three-way, field-manager-aware diff (DESIGN.md invariants 4, 5, 8, 11).
+"""The plan stage: a pure, three-way, field-manager-aware diff (docs/safety.md rules 4, 5, 8, 11).
 
 For each desired object, ``plan_object`` weighs three things: Git's manifest,
 what our field manager's Apply entry owns in live ``managedFields``, and live

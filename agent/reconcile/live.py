@@ -4,7 +4,7 @@ One LIST per kind (per namespace where RBAC is namespaced), side by side on the 
 Items are handed over as they are decoded (``KubeClient.scan``), so a reconcile pass plans them
 in chunks on the listing threads and keeps only prune candidates whole. Completeness is
 recorded per kind and the objects whose listing failed are named with why: unknown is never
-absent (invariant 1).
+absent (docs/safety.md rule 1).
 """
 
 from __future__ import annotations

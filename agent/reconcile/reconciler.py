@@ -276,7 +276,7 @@ class ClusterReconciler:
             if len(wider) != len(inventory.members):
                 if not inventory.exists:  # created with the claim alone, so a racing entry loses
                     inventory = store.claim(inventory)
-                store.write(wider)  # widen before applying (invariant 10)
+                store.write(wider)  # widen before applying (docs/safety.md rule 10)
         apply_opts = apply_stage.ApplyOptions(
             field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
         )

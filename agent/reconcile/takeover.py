@@ -270,7 +270,7 @@ def run_takeover(
     reconciler: ClusterReconciler, revision: Any, named: Sequence[str], *, apply: bool
 ) -> tuple[TakeoverPlan, list[ApplyResult]]:
     """Render, read live and plan with the reconciler's own pieces; with ``apply``, widen the
-    inventory first (invariant 10) and take the paths over."""
+    inventory first (docs/safety.md rule 10) and take the paths over."""
     store = reconciler.store
     desired = reconciler.desired(reconciler.render(revision), store.id)
     by_key = {o.key: o for o in desired}

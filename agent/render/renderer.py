@@ -3,7 +3,7 @@
 Called by ``reconcile`` (through ``RenderCache``) and by ``gitops-agent
 render``. Input: the root of a checkout and a ``RenderSpec``; output: a
 ``DesiredSet`` in a stable order, or a ``RenderError`` carrying *every*
-problem found -- never a partial set (invariant 2 of DESIGN.md).
+problem found -- never a partial set (docs/safety.md rule 2).
 
 What each configured path (repository-relative) may be:
 

@@ -1,7 +1,7 @@
 """Live diff reports: what applying a revision (or a PR checkout) would do to each cluster.
 
 Called by ``gitops-agent diff`` (``agent.cli.diff``). Per cluster, on its own
-thread with its own client and deadline (invariant 6), ``preview_cluster``
+thread with its own client and deadline (docs/safety.md rule 6), ``preview_cluster``
 runs the reconcile stages without writing anything: render, read the
 inventory, prepare, read live state (one LIST per kind), ``plan`` and the
 pure prune ``decide``. Each create/update is then confirmed with a

@@ -1,7 +1,7 @@
 """Field-level diff of two versions of one object, for reports: only what changes, masked.
 
 ``diff_objects(before, after)`` is where a report's diff is made, so it is
-where Secrets are masked (invariant 11): both sides go through
+where Secrets are masked (docs/safety.md rule 11): both sides go through
 ``masking.mask_pair`` before anything is compared or printed; a value that
 changes shows as ``*** (before)`` → ``*** (after)``, nothing else. Server
 bookkeeping (``managedFields``, ``resourceVersion``, ``generation``, ``uid``,

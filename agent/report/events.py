@@ -10,7 +10,7 @@ same revision bumps ``count`` and ``lastTimestamp`` instead of adding a new
 one, and at most ``MAX_EVENTS`` are written per pass plus one summary, so a
 broken commit cannot flood the API server. Messages of Secrets carry the
 HTTP status only: an API server's validation message may quote a value
-(invariant 11).
+(docs/safety.md rule 11).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ timeouts) per cluster and runs each pass on a thread of its own under the
 cluster's wall-clock ``pass_deadline``. A pass still running then is reported
 as timed out and *abandoned*: its client is fenced (no further writes), the
 next pass gets a fresh client, and while the abandoned one still hangs the
-cluster reports "still stuck" instead of starting more threads (invariant 6).
+cluster reports "still stuck" instead of starting more threads (docs/safety.md rule 6).
 Safe to abandon at any point: the inventory is widened before applying and
-narrowed only after pruning (invariant 10). It also knows every entry's
+narrowed only after pruning (docs/safety.md rule 10). It also knows every entry's
 cluster identity (``identity.IdentityBook``), so entries that reach one
 cluster are all refused (state ``refused``) before any of them writes there.
 

@@ -2,7 +2,7 @@
 
 Started by ``scheduler.Daemon`` when the agent runs in a cluster (or has a
 management kubeconfig); ``cli_ops sync`` uses ``acquire_once`` for a one-off
-pass. Kubernetes is the coordination engine, nothing else is (DESIGN.md):
+pass. Kubernetes is the coordination engine, nothing else is (docs/operations.md, "Scale-out with Leases"):
 
 - one Lease per managed cluster, ``<agent>-c-<cluster>``, in the lease
   namespace of the management cluster; ``holderIdentity`` is the replica id;

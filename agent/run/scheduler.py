@@ -7,7 +7,7 @@ cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
 cluster never holds a worker another cluster needs), triggered by a new
 revision, by ``sync`` and by the drift interval (coalescing, jitter), with
 exponential per-cluster backoff after failures (reset on success); a tick job
-whose silence is the only thing ``/healthz`` reports (invariant 7); config
+whose silence is the only thing ``/healthz`` reports (docs/safety.md rule 7); config
 reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM.
 Called by ``gitops-agent run`` (``cli``) and the tests.
 """
@@ -518,7 +518,7 @@ class Daemon:
         left = self.fleet.running()
         if left:
             # Safe: the inventory is widened before applying and narrowed only after pruning,
-            # so a pass cut short leaves every applied object tracked (invariant 10).
+            # so a pass cut short leaves every applied object tracked (docs/safety.md rule 10).
             log.warning("abandoning passes still running after the grace period", clusters=left)
         self._shut = "agent shut down"
         self.fleet.abandon_all(self._shut)

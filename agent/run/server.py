@@ -2,7 +2,7 @@
 
 ``/healthz`` fails only when the agent's own loop is stuck (the scheduler or
 the lease loop has not ticked for ``stuck_after`` seconds) — never because a
-cluster is failing (invariant 7: cluster failures show in ``/status``,
+cluster is failing (docs/safety.md rule 7: cluster failures show in ``/status``,
 metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
 the config is loaded and every source was polled once, and not while
 shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what

@@ -1,7 +1,7 @@
-"""The HTTP endpoints and metrics without a cluster: liveness is the agent's (invariant 7).
+"""The agent's HTTP server (``agent/run/server.py``) without a cluster: liveness is the agent's.
 
-``/healthz`` answers from the agent's own tick only; cluster failures are
-metrics with per-cluster series that the Prometheus text parser reads;
+``/healthz`` answers from the agent's own tick only (docs/safety.md rule 7); cluster
+failures are metrics with per-cluster series that the Prometheus text parser reads;
 ``/readyz`` waits for the first source fetch; ``POST /sync`` reaches the
 daemon's callback; backoff doubles to its cap and resets.
 """

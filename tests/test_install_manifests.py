@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -36,8 +35,9 @@ from agent.dev.demo import write_config as write_demo_config
 from agent.dev.process import LocalCluster
 from agent.model import ClusterResult, Outcome
 from agent.render.binaries import tool
-from tests.agentkit import Agent, make_repo, unique, write_config
+from tests.agentkit import E2E, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -268,7 +268,9 @@ def adapted_config(tmp_path: Path, repo: Path, kubeconfig: Path, *, listen: str,
 
 
 @pytest.fixture
-def agent_process() -> Iterator[list[subprocess.Popen[str]]]:
+def agent_process(e2e: E2E) -> Iterator[list[subprocess.Popen[str]]]:
+    """Agent processes the test starts, killed after it if still running (before ``e2e`` deletes
+    their namespaces, which a running agent would create again)."""
     procs: list[subprocess.Popen[str]] = []
     yield procs
     for p in procs:
@@ -279,10 +281,10 @@ def agent_process() -> Iterator[list[subprocess.Popen[str]]]:
 
 @pytest.mark.cluster
 def test_probe_paths_and_port_are_the_ones_the_running_agent_serves(
-    tmp_path: Path, cluster_pool: ClusterPool, agent_process: list[subprocess.Popen[str]]
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, agent_process: list[subprocess.Popen[str]]
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = unique("probe")
+    ns = e2e.namespace("probe")
     repo = make_repo(
         tmp_path,
         {
@@ -315,38 +317,33 @@ def test_probe_paths_and_port_are_the_ones_the_running_agent_serves(
         )
     agent_process.append(proc)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        status: Doc = {}
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            try:
-                code, body = http_get(base + "/status")
-                status = json.loads(body)
-                if code == 200 and status["clusters"][0]["result"] != "pending":
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.3)
-        assert status.get("clusters", [{}])[0].get("result") == "ok", (status, log.read_text()[-3000:])
 
-        dep = one(build(MANIFESTS), "Deployment")
-        c = dep["spec"]["template"]["spec"]["containers"][0]
-        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        for probe in ("livenessProbe", "readinessProbe"):
-            get_ = c[probe]["httpGet"]
-            assert ports[get_["port"]] == int(load_config(CONFIG).agent.listen.rpartition(":")[2])
-            code, body = http_get(base + get_["path"])
-            assert code == 200, (probe, get_["path"], code, body)
-        code, body = http_get(base + "/metrics")
-        assert code == 200 and "gitops_agent_reconcile_total" in body
-        assert http_get(base + "/no-such-path")[0] == 404  # a wrong probe path would be caught
-        assert get(a.kubeconfig, "configmap", "settings", "-n", ns)["data"] == {"greeting": "hello"}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-        kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
-    assert proc.returncode == 0, log.read_text()[-3000:]
+    def first_pass_done() -> Doc | None:
+        assert proc.poll() is None, log.read_text()
+        try:
+            code, body = http_get(base + "/status")
+            status: Doc = json.loads(body)
+        except (OSError, ValueError):
+            return None
+        return status if code == 200 and status["clusters"][0]["result"] != "pending" else None
+
+    status = wait_for("the agent's first pass", first_pass_done, 90, interval=0.3)
+    assert status["clusters"][0]["result"] == "ok", (status, log.read_text()[-3000:])
+
+    dep = one(build(MANIFESTS), "Deployment")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("livenessProbe", "readinessProbe"):
+        get_ = c[probe]["httpGet"]
+        assert ports[get_["port"]] == int(load_config(CONFIG).agent.listen.rpartition(":")[2])
+        code, body = http_get(base + get_["path"])
+        assert code == 200, (probe, get_["path"], code, body)
+    code, body = http_get(base + "/metrics")
+    assert code == 200 and "gitops_agent_reconcile_total" in body
+    assert http_get(base + "/no-such-path")[0] == 404  # a wrong probe path would be caught
+    assert get(a.kubeconfig, "configmap", "settings", "-n", ns)["data"] == {"greeting": "hello"}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, log.read_text()[-3000:]
 
 
 def install(c: LocalCluster, tmp_path: Path, variant: str) -> None:
@@ -367,7 +364,7 @@ def by_name(result: ClusterResult) -> dict[str, str]:
 
 @pytest.mark.cluster
 def test_cluster_rbac_is_enough_to_apply_and_prune_the_sample_repository(
-    tmp_path: Path, fresh_cluster: Any, cluster_ctl: ClusterControl
+    tmp_path: Path, fresh_cluster: Any, cluster_ctl: ClusterControl, e2e: E2E
 ) -> None:
     c: LocalCluster = fresh_cluster()
     install(c, tmp_path, "default")
@@ -376,24 +373,21 @@ def test_cluster_rbac_is_enough_to_apply_and_prune_the_sample_repository(
     commit_directory(repo, SAMPLE / "v1", "v1")
     state = tmp_path / "state"
     state.mkdir()
-    agent = Agent(load_config(write_demo_config(state, repo, {"demo-a": kc})))
-    try:
-        first = agent.reconcile()["demo-a"]
-        assert first.ok, (first.error, by_name(first))
-        assert first.count(Outcome.CREATED) == len(first.results) >= 5
-        assert exists(c.kubeconfig, "configmap", "legacy-settings", "-n", "demo")
+    agent = e2e.agent(load_config(write_demo_config(state, repo, {"demo-a": kc})))
+    first = agent.reconcile()["demo-a"]
+    assert first.ok, (first.error, by_name(first))
+    assert first.count(Outcome.CREATED) == len(first.results) >= 5
+    assert exists(c.kubeconfig, "configmap", "legacy-settings", "-n", "demo")
 
-        commit_directory(repo, SAMPLE / "v2", "v2: drop legacy-settings, add feature-flags")
-        second = agent.reconcile()["demo-a"]
-        assert second.ok, (second.error, by_name(second))
-        assert by_name(second)["ConfigMap/legacy-settings"] == Outcome.PRUNED
-        assert by_name(second)["ConfigMap/feature-flags"] == Outcome.CREATED
-        assert not second.prune_refused
-        assert not exists(c.kubeconfig, "configmap", "legacy-settings", "-n", "demo")
-        parent = get(c.kubeconfig, "configmap", "gitops-agent", "-n", AGENT_NS)
-        assert parent["metadata"]["labels"]["applyset.kubernetes.io/id"].startswith("applyset-")
-    finally:
-        agent.close()
+    commit_directory(repo, SAMPLE / "v2", "v2: drop legacy-settings, add feature-flags")
+    second = agent.reconcile()["demo-a"]
+    assert second.ok, (second.error, by_name(second))
+    assert by_name(second)["ConfigMap/legacy-settings"] == Outcome.PRUNED
+    assert by_name(second)["ConfigMap/feature-flags"] == Outcome.CREATED
+    assert not second.prune_refused
+    assert not exists(c.kubeconfig, "configmap", "legacy-settings", "-n", "demo")
+    parent = get(c.kubeconfig, "configmap", "gitops-agent", "-n", AGENT_NS)
+    assert parent["metadata"]["labels"]["applyset.kubernetes.io/id"].startswith("applyset-")
 
 
 ALLOWED = """
@@ -441,7 +435,7 @@ REFUSED = {
 
 @pytest.mark.cluster
 def test_namespaced_rbac_is_refused_cluster_scoped_objects_and_other_namespaces(
-    tmp_path: Path, fresh_cluster: Any, cluster_ctl: ClusterControl
+    tmp_path: Path, fresh_cluster: Any, cluster_ctl: ClusterControl, e2e: E2E
 ) -> None:
     c: LocalCluster = fresh_cluster()
     install(c, tmp_path, "namespaced")
@@ -469,43 +463,37 @@ def test_namespaced_rbac_is_refused_cluster_scoped_objects_and_other_namespaces(
         ),
     }
     repo = make_repo(tmp_path, files)
-    agent = Agent(write_config(tmp_path, repo, {"c": kc}, agent=unique("ns")))
-    try:
-        result = agent.reconcile()["c"]
-        outcomes = {(r.key.kind, r.key.namespace, r.key.name): r for r in result.results}
-        for key in REFUSED:
-            assert outcomes[key].outcome in (Outcome.FAILED, Outcome.SKIPPED), outcomes[key]
-        for key in (
-            ("ServiceAccount", "team-apps", "web"),
-            ("Service", "team-apps", "web"),
-            ("ConfigMap", "team-apps", "settings"),  # a refused namespace leaves only its own unknown
-        ):
-            assert outcomes[key].outcome is Outcome.CREATED, outcomes[key]
-        refused = outcomes[("ConfigMap", "default", "settings")]
-        assert refused.outcome is Outcome.SKIPPED, refused
-        assert "namespace default" in refused.message and "forbidden" in refused.message.lower(), refused
-        assert not exists(c.kubeconfig, "namespace", "elsewhere")
-        assert not exists(c.kubeconfig, "clusterrole", "sneaky")
-        assert not exists(c.kubeconfig, "configmap", "settings", "-n", "default")
-        assert exists(c.kubeconfig, "service", "web", "-n", "team-apps")
-    finally:
-        agent.close()
+    agent = e2e.agent(write_config(tmp_path, repo, {"c": kc}, agent=unique("ns")))
+    result = agent.reconcile()["c"]
+    outcomes = {(r.key.kind, r.key.namespace, r.key.name): r for r in result.results}
+    for key in REFUSED:
+        assert outcomes[key].outcome in (Outcome.FAILED, Outcome.SKIPPED), outcomes[key]
+    for key in (
+        ("ServiceAccount", "team-apps", "web"),
+        ("Service", "team-apps", "web"),
+        ("ConfigMap", "team-apps", "settings"),  # a refused namespace leaves only its own unknown
+    ):
+        assert outcomes[key].outcome is Outcome.CREATED, outcomes[key]
+    refused = outcomes[("ConfigMap", "default", "settings")]
+    assert refused.outcome is Outcome.SKIPPED, refused
+    assert "namespace default" in refused.message and "forbidden" in refused.message.lower(), refused
+    assert not exists(c.kubeconfig, "namespace", "elsewhere")
+    assert not exists(c.kubeconfig, "clusterrole", "sneaky")
+    assert not exists(c.kubeconfig, "configmap", "settings", "-n", "default")
+    assert exists(c.kubeconfig, "service", "web", "-n", "team-apps")
 
     # Within its namespaces it prunes too (one LIST per namespace when a cluster-wide one is refused).
     second = tmp_path / "second"
     own = ALLOWED.replace("web", "api")  # objects of its own: the first agent's are not adopted
     repo2 = make_repo(second, {"clusters/c/allowed.yaml": own})
-    agent2 = Agent(write_config(second, repo2, {"c": kc}, agent=unique("ns")))
-    try:
-        first = agent2.reconcile()["c"]
-        assert first.ok and first.count(Outcome.CREATED) == 2, (first.error, by_name(first))
-        repo2.commit({"clusters/c/allowed.yaml": own.split("---")[1]}, "drop the ServiceAccount")
-        after = agent2.reconcile()["c"]
-        assert after.ok, (after.error, by_name(after))
-        assert by_name(after)["ServiceAccount/api"] == Outcome.PRUNED
-        assert not exists(c.kubeconfig, "serviceaccount", "api", "-n", "team-apps")
-    finally:
-        agent2.close()
+    agent2 = e2e.agent(write_config(second, repo2, {"c": kc}, agent=unique("ns")))
+    first = agent2.reconcile()["c"]
+    assert first.ok and first.count(Outcome.CREATED) == 2, (first.error, by_name(first))
+    repo2.commit({"clusters/c/allowed.yaml": own.split("---")[1]}, "drop the ServiceAccount")
+    after = agent2.reconcile()["c"]
+    assert after.ok, (after.error, by_name(after))
+    assert by_name(after)["ServiceAccount/api"] == Outcome.PRUNED
+    assert not exists(c.kubeconfig, "serviceaccount", "api", "-n", "team-apps")
 
 
 def run_once(config: Path) -> subprocess.CompletedProcess[str]:

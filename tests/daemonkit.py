@@ -1,8 +1,8 @@
-"""Helpers for the daemon, scheduler, lease and health tests (no tests of its own).
+"""Helpers for the daemon, scheduler, lease and HTTP server tests (no tests of its own).
 
 A daemon in this process on real local clusters, with its HTTP server on a
 free loopback port; a watcher that polls ``/healthz`` for a whole test; small
-manifests; polling with a deadline.
+manifests. Waiting with a deadline is ``tests/waiting.py``'s ``wait_for``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from agent.run.scheduler import Daemon, DaemonOptions
 from agent.source.sources import SourceSet
 
 NO_LEASES = LeaseSettings(enabled=False)
+
+#: The ``daemons`` fixture: ``daemons(config, **options)`` is ``start_daemon``, stopped after the test.
+Daemons = Callable[..., Daemon]
 
 
 def free_port() -> int:
@@ -68,6 +71,12 @@ def start_daemon(cfg: Config, **options: Any) -> Daemon:
     return d
 
 
+def stop_daemon(daemon: Daemon) -> None:
+    """Stop ``daemon`` as the tests do (grace 2 s), unless it is stopped or stopping already."""
+    if not daemon.stopping:
+        daemon.stop(grace=2)
+
+
 def url(cfg: Config, path: str) -> str:
     return f"http://{cfg.agent.listen}{path}"
 
@@ -91,17 +100,6 @@ def status(cfg: Config) -> dict[str, Any]:
 def cluster_status(cfg: Config, name: str) -> dict[str, Any]:
     doc = status(cfg)
     return next(c for c in doc["clusters"] if c["cluster"] == name)
-
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    end = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < end:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
 
 
 class HealthWatch:

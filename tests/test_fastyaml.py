@@ -1,0 +1,109 @@
+"""The libyaml fast path of YAML parsing (``agent/render/fastyaml.py``) against the reference loader.
+
+The fast path must give exactly what the pure-Python loader of ``agent/render/manifests.py``
+gives for every stream it accepts (values, document indexes, lines), and hand every other
+stream over to it: problems, aliases, merge keys, rare tags, nesting deep enough to reach
+the C stack.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from agent.render import fastyaml, manifests
+from agent.render.manifests import Origin, parse_yaml
+
+ORIGIN = Origin("f.yaml")
+VARS = {"N": "3", "T": "true", "S": "x y", "E": ""}
+
+ORDINARY = [
+    "a: ${N}\nb: \"${N}\"\nc: ${T}\nd: x-${N}\ne: $${N}\nf: '${S}'\ng: ${E}\n",
+    "# ${NOWHERE} in a comment\nk: v # ${NOR} here\n",
+    "s: !!str ${N}\nt: &anchor !!str ${N}\nu: ! ${N}\nq: ! '${N}'\ni: !!int '7'\nv: &w ${N}\n",
+    "d: 2024-01-31\nf: 1.5\ne: 1e3\nh: 0x1F\no: 0o17\nn: ~\nb: yes\nx: .inf\n",
+    '---\n---\nk: [1, two, {t: "${T}"}]\n...\n---\n- a\n- {b: c}\n',
+    'block: |\n  line ${N}\n  $${KEEP}\nfolded: >-\n  a\n  b\nquoted: "tab\\there \\u00e9"\n',
+    "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: A\n  metadata: {name: a}\n",
+    "ünï: cödé 😀\nk: ${N}\n",
+    "",
+    "key with spaces: v\n? complex\n: value\n",
+]
+
+HANDED_OVER = {
+    "duplicate key": "a: 1\na: 2\n",
+    "undefined variable": "a: ${MISSING}\n",
+    "malformed reference": "a: ${a-b}\n",
+    "alias": "a: &x {b: 1}\nc: *x\n",
+    "merge key": "base: &b {a: 1}\nspec:\n  <<: *b\n",
+    "non-string key": "1: a\n",
+    "tab": "a:\n\tb: 1\n",
+    "syntax error": "a: b: c\n",
+    "binary tag": "a: !!binary aGk=\n",
+    "${X} in a flow mapping (libyaml: braces end it)": "a: {b: ${N}}\n",
+    "deep nesting": "[" * 50_000 + "]" * 50_000,
+}
+
+
+def _python(text: str, variables: dict[str, str] | None) -> list[tuple[Any, int, int | None, list[int]]]:
+    docs, problems = manifests._parse_yaml_python(text, ORIGIN, variables)
+    assert problems == []
+    return [(d.value, d.index, d.line, sorted(d.lines.values())) for d in docs]
+
+
+def test_yaml_is_parsed_by_libyaml_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert fastyaml.AVAILABLE, "PyYAML without libyaml: install PyYAML wheels built with it"
+
+    def refuse(*args: object) -> object:
+        raise AssertionError("an ordinary stream went to the pure-Python loader")
+
+    monkeypatch.setattr(manifests, "_parse_yaml_python", refuse)
+    docs, problems = parse_yaml('a: ${N}\nb: "${N}"\n', ORIGIN, VARS)
+    assert problems == [] and docs[0].value == {"a": 3, "b": "3"}
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+@pytest.mark.parametrize("variables", [VARS, None], ids=["vars", "no-vars"])
+def test_libyaml_path_gives_exactly_what_the_python_loader_gives(
+    text: str, variables: dict[str, str] | None
+) -> None:
+    fast = fastyaml.load(text, variables, max_nodes=manifests.MAX_EXPANDED_NODES)
+    assert fast is not None, "an ordinary stream was handed over"
+    got = [(value, index, line, sorted(lines.values())) for value, index, line, lines in fast]
+    assert got == _python(text, variables)
+    assert [type(v) for d in got if isinstance(d[0], dict) for v in d[0].values()] == [
+        type(v) for d in _python(text, variables) if isinstance(d[0], dict) for v in d[0].values()
+    ]
+
+
+@pytest.mark.parametrize("text", list(HANDED_OVER.values()), ids=list(HANDED_OVER))
+def test_streams_with_problems_or_rare_yaml_go_to_the_reference_loader(text: str) -> None:
+    assert fastyaml.load(text, {}, max_nodes=manifests.MAX_EXPANDED_NODES) is None
+
+
+def test_deep_nesting_is_refused_without_reaching_the_c_stack() -> None:
+    box: dict[str, Any] = {}
+    text = "- " * 40_000 + "x\n"  # would overflow libyaml's recursive composer on an 8 MB stack
+    t = threading.Thread(target=lambda: box.update(r=parse_yaml(text, ORIGIN, None)))
+    t.start()
+    t.join()
+    docs, problems = box["r"]
+    assert docs == [] and "nested too deeply" in problems[0].message
+
+
+def test_many_shallow_documents_still_take_the_fast_path() -> None:
+    one = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n, labels: {a: b}}\ndata: {k: v-1}\n"
+    text = "---\n".join([one] * 3_000)  # far more level characters than MAX_C_DEPTH, in all
+    fast = fastyaml.load(text, None, max_nodes=manifests.MAX_EXPANDED_NODES)
+    assert fast is not None and len(fast) == 3_000
+
+
+def test_a_star_in_text_does_not_hand_over_many_documents() -> None:
+    # A "*" anywhere turns on alias detection by node id; ids of an earlier document's freed
+    # nodes are reused, which once handed every CronJob file ("*/30 * * * *") to the slow loader.
+    one = 'kind: CronJob\nmetadata: {name: n}\nspec: {schedule: "*/30 * * * *", a: [1, 2, {b: c}]}\n'
+    text = "---\n".join([one] * 500)
+    fast = fastyaml.load(text, None, max_nodes=manifests.MAX_EXPANDED_NODES)
+    assert fast is not None and len(fast) == 500

@@ -280,13 +280,13 @@ class FailureReason(enum.StrEnum):
     TLS = "tls"
     #: The kubeconfig (or its exec plugin) gave no usable credentials.
     CREDENTIALS = "credentials"
-    #: The commit does not render for this cluster (invariant 2).
+    #: The commit does not render for this cluster (docs/safety.md rule 2).
     RENDER = "render"
     #: This replica may not write there (Lease lost, pass abandoned, shutting down).
     FENCED = "fenced"
     #: The pass would not touch the cluster: see ``Refusal``.
     REFUSED = "refused"
-    #: The pass ran, but some objects failed (each one alone, invariant 6).
+    #: The pass ran, but some objects failed (each one alone, docs/safety.md rule 6).
     OBJECTS = "objects"
     #: Any other API error that ended the pass.
     API = "api"
@@ -329,13 +329,13 @@ class PruneReason(enum.StrEnum):
 
     #: Suspended by the operator (annotation on the ApplySet parent): the pass changed nothing.
     SUSPENDED = "suspended"
-    #: A listing failed or was incomplete: unknown is not absent (invariant 1).
+    #: A listing failed or was incomplete: unknown is not absent (docs/safety.md rule 1).
     UNKNOWN_STATE = "unknown-state"
-    #: The render is empty and ``allow_empty`` is false (invariant 2).
+    #: The render is empty and ``allow_empty`` is false (docs/safety.md rule 2).
     EMPTY_RENDER = "empty-render"
     #: ``prune = false`` for this cluster.
     DISABLED = "disabled"
-    #: The mass-deletion brake, until this exact set is approved (invariant 3).
+    #: The mass-deletion brake, until this exact set is approved (docs/safety.md rule 3).
     BRAKE = "brake"
 
 

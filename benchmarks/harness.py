@@ -245,7 +245,7 @@ def ratio(a: float, b: float) -> float | None:
 
 
 def kubectl(cluster: LocalCluster, *args: str, ok: tuple[int, ...] = (0,), timeout: float = 900.0) -> str:
-    """The pinned kubectl (agent.tools) with a discovery cache of this cluster's own."""
+    """The pinned kubectl (agent.render.binaries) with a discovery cache of this cluster's own."""
     argv = [
         str(tools.tool("kubectl")),
         f"--kubeconfig={cluster.kubeconfig}",

@@ -1,6 +1,6 @@
 """``gitops-agent takeover``: move Git-declared fields from leftover field managers to ours.
 
-A click command (the lead registers it in ``agent/cli.py`` with
+A click command (registered by ``agent/cli/main.py`` with
 ``main.add_command(takeover)``). Dry run by default: it prints, per object,
 which Git-declared paths would move from which manager and why that manager
 counts as a leftover; ``--apply`` does it (``agent.reconcile.takeover``). Exit codes as

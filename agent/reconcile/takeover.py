@@ -22,7 +22,7 @@ that removes the declared paths from the leftover entries — an apply alone
 cannot move a field whose value is unchanged: the server makes it shared.
 This is what ``kubectl``'s client-side → server-side upgrade does.
 
-Called by ``agent/cli_takeover.py`` with the pieces of ``ClusterReconciler``
+Called by ``agent/cli/takeover.py`` with the pieces of ``ClusterReconciler``
 (render, prepare, schema, read_live); tests in ``tests/test_takeover.py``.
 """
 

@@ -40,21 +40,13 @@ from agent.config.types import (
 )
 from agent.errors import ConfigError
 from agent.model import PassState, Revision
-from agent.run.fleet import BACKOFF_BASE, BACKOFF_CAP, ClusterStatus, Fleet, backoff_delay
+from agent.run.fleet import Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
 from agent.run.server import HealthServer
 from agent.source.sources import SourceSet
 
-__all__ = [
-    "BACKOFF_BASE",
-    "BACKOFF_CAP",
-    "ClusterStatus",
-    "Daemon",
-    "DaemonOptions",
-    "Fleet",
-    "backoff_delay",
-]
+__all__ = ["Daemon", "DaemonOptions"]
 
 log = structlog.get_logger("gitops_agent.scheduler")
 

@@ -52,7 +52,7 @@ from agent.source.checkout import ObjectUnreadable, checkout_lock, collect, file
 from agent.source.remote import CacheCorrupt
 from agent.source.signature import SignatureVerifier
 
-__all__ = ["GitSource", "Logger", "cache_dir_for", "checkouts_dir", "mask_url"]
+__all__ = ["GitSource", "Logger", "cache_dir_for", "checkouts_dir"]
 
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _UNSHALLOW = 2**31 - 1  # libgit2's GIT_FETCH_DEPTH_UNSHALLOW

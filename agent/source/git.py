@@ -126,9 +126,12 @@ class GitSource:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, config: Config, *, log: Logger | None = None) -> GitSource:
-        """``[source]``, cached under ``[agent] cache_dir``: one way to build it, for every caller."""
-        return cls(config.source, cache_dir_for(config), log=log)
+    def from_config(
+        cls, config: Config, name: str = DEFAULT_SOURCE, *, log: Logger | None = None
+    ) -> GitSource:
+        """The source ``name`` (``[source]`` by default), cached under ``[agent] cache_dir``: one way to
+        build it, for every caller."""
+        return cls(config.source_named(name), cache_dir_for(config), name=name, log=log)
 
     @property
     def last_good(self) -> Revision | None:

@@ -22,7 +22,7 @@ import structlog
 from agent.config.types import AppConfig, Config, NamedSource
 from agent.errors import ConfigError, SourceError
 from agent.model import Revision
-from agent.source.git import GitSource, Logger, cache_dir_for
+from agent.source.git import GitSource, Logger
 
 __all__ = ["POLL_STEPS", "SourceOutcome", "SourcePoll", "SourceSet"]
 
@@ -147,9 +147,7 @@ class SourceSet:
             # A structlog logger names the source in every line; a test's recorder is used as is.
             bind = getattr(base, "bind", None)
             source_log: Logger = bind(source=named.name) if callable(bind) else base
-            sources[named.name] = GitSource(
-                named.config, cache_dir_for(config), name=named.name, log=source_log
-            )
+            sources[named.name] = GitSource.from_config(config, named.name, log=source_log)
         return cls(sources, log=base)
 
     @staticmethod

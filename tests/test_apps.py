@@ -24,16 +24,17 @@ from agent.apply.inventory import (
     ID_LABEL,
     MEMBERS_KEY,
     PART_OF,
+    PRUNE_APPROVAL,
     TOOLING,
     applyset_id,
 )
 from agent.config.types import Config
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
-from agent.model import FailureReason, ObjectKey, Outcome, PassState, SkipReason
+from agent.model import FailureReason, ObjectKey, Outcome, PassState, PruneReason, SkipReason
 from agent.report.summary import format_summary
 from tests.agentkit import Agent, make_repo, unique, write_config
-from tests.appkit import AppsAgent, counting, members, write_apps_config
+from tests.appkit import AppsAgent, counting, members, parent, write_apps_config
 from tests.clusters import ClusterPool, kubectl
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {ns}\ndata:\n  k: {value}\n"
@@ -420,3 +421,48 @@ def test_an_app_renamed_with_renamed_from_takes_over_its_objects_and_the_old_par
     )
     assert gone.strip() == "", "the renamed app's parent is still there"
     assert again.ok and again.applied == 0
+
+
+def test_deleting_an_apps_objects_on_purpose_trips_its_brake_until_the_exact_set_is_approved(
+    tmp_path: Path, cluster_pool: ClusterPool, ns: str
+) -> None:
+    a = cluster_pool["pool-a"]
+    names = [f"cm-{i}" for i in range(12)]
+    base = {"apps/base/ns.yaml": NS.format(ns=ns), "apps/empty/README.md": "nothing here on purpose\n"}
+    repo = make_repo(tmp_path, {**base, "apps/doomed/cms.yaml": cms(ns, *names)})
+    apps = [{"name": "base", "path": "apps/base"}, {"name": "doomed", "path": "apps/doomed"}]
+    agent_name = unique("agent")
+    cfg = write_apps_config(tmp_path, repo, a, apps, agent=agent_name)
+    agent = AppsAgent(cfg)
+    try:
+        assert all(r.ok for r in agent.reconcile().values())
+    finally:
+        agent.close()
+    # Removing the app from the config deletes nothing.
+    without = write_apps_config(tmp_path, repo, a, apps[:1], agent=agent_name, file="without.toml")
+    agent = AppsAgent(without)
+    try:
+        assert set(agent.reconcile()) == {"base"}
+    finally:
+        agent.close()
+    assert set(live(a, ns)) == set(names)
+    # On purpose: the app stays, its path is an empty directory, allow_empty; the brake holds.
+    emptied = {"name": "doomed", "path": "apps/empty", "allow_empty": True}
+    cfg = write_apps_config(tmp_path, repo, a, [apps[0], emptied], agent=agent_name, file="emptied.toml")
+    agent = AppsAgent(cfg)
+    try:
+        braked = agent.reconcile()["doomed"]
+        assert braked.prune_refusal is not None and braked.prune_refusal.reason is PruneReason.BRAKE, braked
+        assert "--app doomed" in braked.prune_refusal.message
+        assert set(live(a, ns)) == set(names), "the brake let a deletion through"
+        digest = braked.prune_refusal.message.split("--digest ")[1].split("`")[0]
+        store = parent(cfg, a, "doomed")
+        try:
+            store.set_annotation(PRUNE_APPROVAL, digest)  # what `prune approve --app doomed` writes
+        finally:
+            store.client.close()
+        approved = agent.reconcile()
+    finally:
+        agent.close()
+    assert approved["doomed"].count(Outcome.PRUNED) == 12 and approved["base"].ok, approved
+    assert live(a, ns) == {} and members(cfg, a, "doomed") == set()

@@ -67,6 +67,8 @@ class Shared:
     #: Parent name → objects another app took over from it in this pass.
     released: dict[str, set[ObjectKey]] = field(default_factory=dict)
     declared: dict[ObjectKey, list[tuple[AppRun, DesiredObject]]] = field(default_factory=dict)
+    #: Object → the apps whose inventories record it (as read at the start of the pass).
+    recorded: dict[ObjectKey, list[AppRun]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -74,6 +76,8 @@ class Shared:
             if run.known and run.desired is not None:
                 for obj in run.desired:
                     self.declared.setdefault(obj.key, []).append((run, obj))
+            for key in run.members:
+                self.recorded.setdefault(key, []).append(run)
 
     def release(self, parent: str, key: ObjectKey) -> None:
         """``key`` leaves ``parent``'s inventory when the pass settles (another app holds it now)."""
@@ -82,8 +86,8 @@ class Shared:
 
     def release_stale(self, key: ObjectKey, holder: AppRun) -> None:
         """``holder``'s set holds ``key`` live: any other app still recording it lets it go."""
-        for run in self.runs.values():
-            if run is not holder and run.store is not None and key in run.members:
+        for run in self.recorded.get(key, ()):
+            if run is not holder and run.store is not None:
                 self.release(run.store.name, key)
 
 

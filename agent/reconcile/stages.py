@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from agent.apply import prune as prune_stage
-from agent.apply.inventory import PART_OF, InventoryStore, parent_name
+from agent.apply.inventory import PART_OF, InventoryStore, applyset_id, parent_name
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
@@ -236,10 +236,10 @@ class ClusterStages:
         ``app``: the cluster entry's own app when not given. Outside a pass (reports), members
         of the cluster's other apps are never planned as adoptable (``protected``).
         """
-        agent = self.config.agent.name
+        agent, namespace = self.config.agent.name, self.config.agent.namespace
         if protected is None:
             protected = frozenset(
-                self.store_for(parent_name(agent, a.name, implicit=a.implicit)).id for a in self.apps
+                applyset_id(parent_name(agent, a.name, implicit=a.implicit), namespace) for a in self.apps
             ) - {inventory_id}
         return PlanOptions(
             detail=detail,

@@ -195,7 +195,7 @@ class Fleet:
                 "for the cluster; no new pass until it returns",
                 PassState.TIMED_OUT,
             )
-            return self._record_all(self._failed(slot, wanted, revisions, stuck))
+            return self._record_all(slot, self._failed(slot, wanted, revisions, stuck))
         reconciler = slot.reconciler
         box: dict[str, list[ClusterResult]] = {}
         short = ", ".join(sorted({r.short for r in revisions.values()}))
@@ -228,10 +228,12 @@ class Fleet:
                 self._abandon(slot, reconciler, f"pass abandoned ({why})")
                 slot.stuck = t
             slot.running = None
-        results = (
-            done if done is not None else self._failed(slot, wanted, revisions, self._abandoned(deadline))
-        )
-        return self._record_all(results)
+        if done is None:
+            done = self._failed(slot, wanted, revisions, self._abandoned(deadline))
+        for r in done:  # dependencies the pass ran first count as run now too
+            if r.app in slot.status.apps and r.app not in wanted:
+                slot.status.app(r.app).last_run = started
+        return self._record_all(slot, done)
 
     def _failed(
         self, slot: _Slot, apps: list[str], revisions: Revisions, failure: Failure
@@ -243,12 +245,10 @@ class Fleet:
             out.append(ClusterResult(slot.cluster.name, rev.sha if rev else "", failure=failure, app=app))
         return out
 
-    def _record_all(self, results: list[ClusterResult]) -> list[ClusterResult]:
+    def _record_all(self, slot: _Slot, results: list[ClusterResult]) -> list[ClusterResult]:
         for r in results:
             self.record(r)
-        slot = self._slots.get(results[0].cluster) if results else None
-        if slot is not None:
-            slot.status.settle_state()
+        slot.status.settle_state()  # also when no app ran: the cluster is no longer running
         return results
 
     def _abandoned(self, deadline: float) -> Failure:

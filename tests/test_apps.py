@@ -32,6 +32,7 @@ from agent.config.types import Config
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
 from agent.model import FailureReason, ObjectKey, Outcome, PassState, PruneReason, SkipReason
+from agent.report.events import events_for
 from agent.report.summary import format_summary
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.appkit import AppsAgent, counting, members, parent, write_apps_config
@@ -376,17 +377,23 @@ def test_handover_of_ten_objects_from_one_app_to_another_keeps_every_uid(
     assert all(r.ok and r.applied == 0 for r in steady.values()), steady
 
 
+@pytest.mark.parametrize("old_app", ["shop", "pool-a"], ids=["an-apps-app", "a-cluster-entrys-own-app"])
 def test_an_app_renamed_with_renamed_from_takes_over_its_objects_and_the_old_parent_goes(
-    tmp_path: Path, cluster_pool: ClusterPool, ns: str
+    tmp_path: Path, cluster_pool: ClusterPool, ns: str, old_app: str
 ) -> None:
     a = cluster_pool["pool-a"]
     names = ["one", "two", "three"]
     repo = make_repo(tmp_path, {"apps/shop/objects.yaml": NS.format(ns=ns) + "---\n" + cms(ns, *names)})
     agent_name = unique("agent")
-    old = write_apps_config(tmp_path, repo, a, [{"name": "shop", "path": "apps/shop"}], agent=agent_name)
+    if old_app == "pool-a":  # the cluster entry's own path becomes an [[apps]] app
+        old = write_apps_config(tmp_path, repo, a, [], agent=agent_name, cluster_paths=["apps/shop"])
+        old_parent = agent_name
+    else:
+        old = write_apps_config(tmp_path, repo, a, [{"name": "shop", "path": "apps/shop"}], agent=agent_name)
+        old_parent = f"{agent_name}.shop"
     first = AppsAgent(old)
     try:
-        assert first.reconcile()["shop"].ok
+        assert first.reconcile()[old_app].ok
     finally:
         first.close()
     uids = {n: o["uid"] for n, o in live(a, ns).items()}
@@ -394,7 +401,7 @@ def test_an_app_renamed_with_renamed_from_takes_over_its_objects_and_the_old_par
         tmp_path,
         repo,
         a,
-        [{"name": "store", "path": "apps/shop", "renamed_from": "shop"}],
+        [{"name": "store", "path": "apps/shop", "renamed_from": old_app}],
         agent=agent_name,
         file="renamed.toml",
     )
@@ -414,7 +421,7 @@ def test_an_app_renamed_with_renamed_from_takes_over_its_objects_and_the_old_par
         a.kubeconfig,
         "get",
         "configmap",
-        f"{agent_name}.shop",
+        old_parent,
         "-n",
         new.agent.namespace,
         "--ignore-not-found",
@@ -466,3 +473,13 @@ def test_deleting_an_apps_objects_on_purpose_trips_its_brake_until_the_exact_set
         agent.close()
     assert approved["doomed"].count(Outcome.PRUNED) == 12 and approved["base"].ok, approved
     assert live(a, ns) == {} and members(cfg, a, "doomed") == set()
+    client = KubeClient.from_config(cfg.clusters[0])
+    try:  # the Events are on the app's own parent and name the app
+        pruned = [
+            e
+            for e in events_for(client, cfg.agent.namespace, f"{agent_name}.doomed")
+            if e["reason"] == "Pruned"
+        ]
+    finally:
+        client.close()
+    assert len(pruned) == 12 and all("app doomed" in e["message"] for e in pruned), pruned

@@ -129,6 +129,21 @@ class Revision:
         return self.sha[:12]
 
 
+class SkipReason(enum.StrEnum):
+    """Why the plan leaves an existing object alone (a ``SKIP``): read by the pass, reports and Events."""
+
+    #: ``gitops-agent.io/reconcile: disabled``, live or in Git.
+    RECONCILE_DISABLED = "reconcile-disabled"
+    #: Not ours and ``adopt`` refuses it (adopt = never, ownerReferences, another manager's apply).
+    ADOPT_REFUSED = "adopt-refused"
+    #: A member of another ApplySet: another app's of this agent, another agent's, another tool's.
+    OTHER_SET = "other-set"
+    #: Declared by another app of this cluster too, which keeps it (``ClusterResult.conflicts``).
+    OTHER_APP = "other-app"
+    #: Its listing failed in this pass: unknown is not absent.
+    LIVE_UNKNOWN = "live-unknown"
+
+
 class Action(enum.StrEnum):
     """What the plan decided for one object."""
 
@@ -182,6 +197,8 @@ class Change:
     operations: tuple[dict[str, Any], ...] = ()
     reason: str = ""
     provenance: Provenance | None = None
+    #: Why a ``SKIP`` (``reason`` says it in words).
+    skip: SkipReason | None = None
 
     @property
     def yielded(self) -> tuple[FieldConflict, ...]:
@@ -246,6 +263,8 @@ class ApplyResult:
     message: str = ""
     uid: str | None = None
     note: Note | None = None
+    #: Why a ``SKIPPED`` object was left alone.
+    skip: SkipReason | None = None
 
     @property
     def ok(self) -> bool:
@@ -280,8 +299,10 @@ class FailureReason(enum.StrEnum):
     TLS = "tls"
     #: The kubeconfig (or its exec plugin) gave no usable credentials.
     CREDENTIALS = "credentials"
-    #: The commit does not render for this cluster (docs/safety.md rule 2).
+    #: The commit does not render for this app (docs/safety.md rule 2).
     RENDER = "render"
+    #: The app's source has delivered no revision (never polled, or every poll failed).
+    SOURCE = "source"
     #: This replica may not write there (Lease lost, pass abandoned, shutting down).
     FENCED = "fenced"
     #: The pass would not touch the cluster: see ``Refusal``.
@@ -303,7 +324,9 @@ class PassState(enum.StrEnum):
     FAILED = "failed"
     #: The pass outlived its deadline and was abandoned (a slow request inside a pass is ``failed``).
     TIMED_OUT = "timed-out"
-    SUSPENDED = "suspended"  # the operator's annotation on the ApplySet parent
+    SUSPENDED = "suspended"  # the operator's annotation on the ApplySet parent, or `suspend = true`
+    #: A dependency (`depends_on`) has not succeeded at its current revision: nothing done, no failure.
+    WAITING = "waiting"
     REFUSED = "refused"
     STANDBY = "standby"  # another replica holds the cluster's Lease
 
@@ -347,9 +370,30 @@ class PruneRefusal:
     message: str
 
 
+@dataclass(frozen=True)
+class AppConflict:
+    """An object two apps of one cluster declare: ``holder`` manages it, ``other`` never writes it.
+
+    The holder is the app whose ApplySet holds the live object, else the first in config order;
+    both apps' results carry the conflict, each naming both apps and both files.
+    """
+
+    key: ObjectKey
+    holder: str
+    holder_file: str
+    other: str
+    other_file: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key} is declared by app {self.holder!r} ({self.holder_file}) and app "
+            f"{self.other!r} ({self.other_file}); {self.holder!r} holds it, {self.other!r} leaves it alone"
+        )
+
+
 @dataclass
 class ClusterResult:
-    """One reconcile pass for one cluster."""
+    """One reconcile pass for one app of one cluster (``app``: the app's name)."""
 
     cluster: str
     revision: str = ""
@@ -360,6 +404,12 @@ class ClusterResult:
     started: datetime | None = None
     finished: datetime | None = None
     dry_run: bool = False
+    #: The app this pass was for: a `[[clusters]]` entry's own app is named after the entry.
+    app: str = ""
+    #: The dependencies (`depends_on`) this app waited for: nothing was applied or pruned.
+    waiting_on: tuple[str, ...] = ()
+    #: Objects this app and another of the cluster both declare (see ``AppConflict``).
+    conflicts: list[AppConflict] = field(default_factory=list)
 
     @property
     def error(self) -> str | None:
@@ -394,6 +444,8 @@ class ClusterResult:
             return self.failure.state
         if not self.ok:
             return PassState.FAILED
+        if self.waiting_on:
+            return PassState.WAITING
         if self.prune_refusal is not None and self.prune_refusal.reason is PruneReason.SUSPENDED:
             return PassState.SUSPENDED
         return PassState.OK

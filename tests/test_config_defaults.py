@@ -48,6 +48,9 @@ NOT_SETTINGS = {
     "PlanOptions.schema",  # None: no OpenAPI index (conservative fallbacks)
     "PlanOptions.membership_label",  # None: the inventory is not known yet
     "PlanOptions.detail",  # the report's mode; the pass turns it off
+    "PlanOptions.handover_from",  # None: no other app's set; the pass knows its apps
+    "PlanOptions.protected",  # likewise
+    "PruneOptions.app",  # None: the cluster entry's own app
     "LeaseSettings.enabled",  # decided by ``lease_settings`` from ``leases`` and where the agent runs
     "LeaseSettings.in_cluster",  # likewise
     "DaemonOptions.leases",  # None: decided from the config

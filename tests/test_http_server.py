@@ -73,11 +73,13 @@ def test_metrics_parse_and_carry_a_series_per_cluster() -> None:
     clusters = {s.labels.get("cluster") for s in samples} - {None}
     assert clusters == {"east", "west"}
     by = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
-    assert by[("gitops_agent_reconcile_total", (("cluster", "east"), ("result", "success")))] == 1
-    assert by[("gitops_agent_reconcile_errors_total", (("cluster", "west"), ("reason", "unauthorized")))] == 1
-    assert by[("gitops_agent_objects", (("cluster", "east"), ("outcome", "pruned")))] == 1
-    assert by[("gitops_agent_reconcile_duration_seconds_sum", (("cluster", "east"),))] == 1.5
-    assert by[("gitops_agent_cluster_consecutive_failures", (("cluster", "west"),))] == 1
+    # A result without an app is the cluster entry's own app, named after it.
+    east, west = (("app", "east"), ("cluster", "east")), (("app", "west"), ("cluster", "west"))
+    assert by[("gitops_agent_reconcile_total", (*east, ("result", "success")))] == 1
+    assert by[("gitops_agent_reconcile_errors_total", (*west, ("reason", "unauthorized")))] == 1
+    assert by[("gitops_agent_objects", (*east, ("outcome", "pruned")))] == 1
+    assert by[("gitops_agent_reconcile_duration_seconds_sum", east)] == 1.5
+    assert by[("gitops_agent_cluster_consecutive_failures", west)] == 1
 
 
 def test_the_revision_series_of_one_cluster_never_drops_another_clusters() -> None:

@@ -77,7 +77,7 @@ def test_never_revert_foreign_labels_annotations_and_hpa_replicas_over_20_reconc
     (web,) = [x for x in r.results if x.key.kind == "Deployment"]
     assert (web.outcome, web.note) == (Outcome.UNCHANGED, Note.YIELDED), web
     metrics = agent.fleet.metrics.render().decode()
-    assert 'gitops_agent_objects{cluster="pool-a",outcome="conflicting"} 1.0' in metrics
+    assert 'gitops_agent_objects{app="pool-a",cluster="pool-a",outcome="conflicting"} 1.0' in metrics
     live = get(a.kubeconfig, "deployment", "web", "-n", ns)
     assert live["metadata"]["labels"]["team"] == "payments"
     assert live["metadata"]["annotations"]["owner/note"] == "keep-me"

@@ -1,8 +1,13 @@
-"""The per-cluster inventory: a KEP-3659 ApplySet parent plus the member list it lacks.
+"""The per-app inventory: a KEP-3659 ApplySet parent plus the member list it lacks.
 
-One parent per (agent name, cluster): a ConfigMap named after the agent in the
-agent's namespace *in that cluster*, keyed by the configured agent name (not
-the replica), so a replica that takes over finds the same set. It carries the
+One parent per (agent name, cluster, app), a ConfigMap in the agent's namespace
+*in that cluster*, keyed by the configured agent name (not the replica), so a
+replica that takes over finds the same set: a `[[clusters]]` entry's own app
+keeps the parent named after the agent that every release before apps wrote
+(upgrading changes nothing on the cluster), an `[[apps]]` app's is named
+``<agent>.<app>`` (``parent_name``). Parents are labelled ``gitops-agent.io/agent``
+(a parent written before apps gets the label with its next write), so one
+labelled LIST reads every app's parent of a cluster (``load_parents``). It carries the
 standard ``applyset.kubernetes.io/id`` label and the tooling /
 contains-group-kinds / additional-namespaces annotations, so ``kubectl`` sees
 what the agent owns; members carry ``applyset.kubernetes.io/part-of=<id>``.
@@ -29,6 +34,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent import __version__
 from agent.errors import ApiError, ClusterRefused
@@ -43,6 +49,8 @@ ADDITIONAL_NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
 SUSPENDED = "gitops-agent.io/suspended"
 PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
 CLAIMED_BY = "gitops-agent.io/claimed-by"
+#: On every parent: the agent it belongs to, so one labelled LIST finds all its apps' parents.
+AGENT_LABEL = "gitops-agent.io/agent"
 MEMBERS_KEY = "members.json.gz"
 PARENT_KIND = "ConfigMap"
 
@@ -51,6 +59,12 @@ def applyset_id(name: str, namespace: str, kind: str = PARENT_KIND, group: str =
     """``applyset-<base64url(sha256(name.namespace.Kind.group))>-v1`` exactly as KEP-3659 and kubectl."""
     digest = hashlib.sha256(f"{name}.{namespace}.{kind}.{group}".encode()).digest()
     return "applyset-" + base64.urlsafe_b64encode(digest).decode().rstrip("=") + "-v1"
+
+
+def parent_name(agent: str, app: str, *, implicit: bool) -> str:
+    """The ApplySet parent of an app: the agent's own name for a `[[clusters]]` entry's app (as
+    before apps), ``<agent>.<app>`` for an `[[apps]]` entry (a DNS subdomain: both are labels)."""
+    return agent if implicit else f"{agent}.{app}"
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,27 @@ class Inventory:
     exists: bool = False
     uid: str = ""
     resource_version: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, obj: dict[str, Any] | None, name: str, namespace: str) -> Inventory:
+        """The parent ``obj`` as read (``None``: not there yet)."""
+        inv = cls(name, namespace)
+        if obj is None:
+            return inv
+        meta = obj.get("metadata") or {}
+        inv.exists = True
+        inv.uid = meta.get("uid", "")
+        inv.resource_version = meta.get("resourceVersion", "")
+        inv.annotations = dict(meta.get("annotations") or {})
+        inv.labels = dict(meta.get("labels") or {})
+        inv.group_kinds = {g for g in inv.annotations.get(GROUP_KINDS, "").split(",") if g}
+        blob = (obj.get("binaryData") or {}).get(MEMBERS_KEY)
+        if blob:
+            for d in json.loads(gzip.decompress(base64.b64decode(blob))):
+                m = Member.from_json(d)
+                inv.members[m.key] = m
+        return inv
 
     @property
     def id(self) -> str:
@@ -110,13 +145,26 @@ class InventoryStore:
     """
 
     def __init__(
-        self, client: KubeClient, *, name: str, namespace: str, field_manager: str, claimant: str = ""
+        self,
+        client: KubeClient,
+        *,
+        name: str,
+        namespace: str,
+        field_manager: str,
+        claimant: str = "",
+        agent: str = "",
     ) -> None:
         self.client = client
         self.name = name
         self.namespace = namespace
         self.field_manager = field_manager
         self.claimant = claimant
+        #: The agent whose parent this is (``AGENT_LABEL``); a parent named after the agent by default.
+        self.agent = agent or name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {ID_LABEL: self.id, AGENT_LABEL: self.agent}
 
     @property
     def id(self) -> str:
@@ -127,22 +175,19 @@ class InventoryStore:
 
     def load(self) -> Inventory:
         """Read the parent; any error propagates (an unreadable inventory prunes nothing)."""
-        obj = self.client.get(self._info(), self.namespace, self.name)
-        inv = Inventory(self.name, self.namespace)
-        if obj is None:
-            return inv
-        meta = obj.get("metadata") or {}
-        inv.exists = True
-        inv.uid = meta.get("uid", "")
-        inv.resource_version = meta.get("resourceVersion", "")
-        inv.annotations = dict(meta.get("annotations") or {})
-        inv.group_kinds = {g for g in inv.annotations.get(GROUP_KINDS, "").split(",") if g}
-        blob = (obj.get("binaryData") or {}).get(MEMBERS_KEY)
-        if blob:
-            for d in json.loads(gzip.decompress(base64.b64decode(blob))):
-                m = Member.from_json(d)
-                inv.members[m.key] = m
-        return inv
+        return Inventory.of(
+            self.client.get(self._info(), self.namespace, self.name), self.name, self.namespace
+        )
+
+    def delete(self, inventory: Inventory) -> None:
+        """Delete the parent as read (UID and resourceVersion preconditions): a renamed app's, once empty."""
+        self.client.delete(
+            self._info(),
+            self.namespace,
+            self.name,
+            uid=inventory.uid or None,
+            resource_version=inventory.resource_version or None,
+        )
 
     def ensure_namespace(self, *, dry_run: bool = False) -> None:
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
@@ -172,7 +217,7 @@ class InventoryStore:
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "labels": {ID_LABEL: self.id},
+                "labels": self.labels,
                 "annotations": annotations,
             },
             "binaryData": {MEMBERS_KEY: base64.b64encode(blob).decode()},
@@ -229,7 +274,7 @@ class InventoryStore:
                     "metadata": {
                         "name": self.name,
                         "namespace": self.namespace,
-                        "labels": {ID_LABEL: self.id},
+                        "labels": self.labels,
                         "annotations": {TOOLING: f"gitops-agent/v{__version__}", CLAIMED_BY: self.claimant},
                     },
                 }
@@ -266,3 +311,37 @@ def widen(inv: Inventory, keys: Iterable[ObjectKey]) -> list[Member]:
 
 def record_uids(members: Iterable[Member], uids: dict[ObjectKey, str]) -> list[Member]:
     return [Member(m.key, uids.get(m.key) or m.uid) for m in members]
+
+
+def load_parents(
+    client: KubeClient, namespace: str, agent: str, names: Iterable[str], *, unlabelled: Iterable[str] = ()
+) -> dict[str, Inventory]:
+    """The parents ``names`` of ``agent``'s apps on one cluster, with one labelled LIST.
+
+    ``unlabelled``: parents that may predate ``AGENT_LABEL`` (the implicit app's, written before
+    apps): one GET each when the LIST did not return them, until their next write labels them.
+    Where RBAC refuses the LIST, or it expired before it completed, every parent is read with a
+    GET. Errors propagate: an unreadable inventory prunes nothing.
+    """
+    wanted = list(dict.fromkeys(names))
+    info = client.resource("v1", PARENT_KIND)
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        listed = client.list(info, namespace=namespace, label_selector=f"{AGENT_LABEL}={agent}")
+    except ApiError as e:
+        if e.status != 403 or e.is_cluster_level:
+            raise
+        unlabelled = wanted  # no LIST allowed: read each parent on its own
+    else:
+        if listed.complete:
+            found = {str((o.get("metadata") or {}).get("name", "")): o for o in listed.items}
+        else:  # expired part-way: what it missed is unknown, so read each parent on its own
+            unlabelled = wanted
+    legacy = set(unlabelled)
+    out: dict[str, Inventory] = {}
+    for name in wanted:
+        obj = found.get(name)
+        if obj is None and name in legacy:
+            obj = client.get(info, namespace, name)
+        out[name] = Inventory.of(obj, name, namespace)
+    return out

@@ -49,6 +49,8 @@ class PruneOptions:
     max_prune: int | None = CLUSTER_DEFAULTS.max_prune
     propagation: PropagationPolicy = CLUSTER_DEFAULTS.propagation_policy
     dry_run: bool = False
+    #: The app whose inventory this is, named in the brake's approval command (None: the cluster's own).
+    app: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def decide(
             PruneReason.EMPTY_RENDER, "not pruning: the render is empty and allow_empty is false"
         )
     elif not options.enabled:
-        d.refusal = PruneRefusal(PruneReason.DISABLED, "not pruning: prune = false for this cluster")
+        d.refusal = PruneRefusal(PruneReason.DISABLED, "not pruning: prune = false for this app")
     if d.refusal:
         d.kept = {k: d.refusal.message for k in leaving}
         return d
@@ -166,10 +168,11 @@ def decide(
             if over_count
             else f"{n}/{size} > {options.max_prune_fraction:.0%} of the inventory"
         )
+        app = f" --app {options.app}" if options.app else ""
         d.refusal = PruneRefusal(
             PruneReason.BRAKE,
             f"mass-deletion brake: {n} deletions ({limit}); approve this exact set with "
-            f"`gitops-agent prune approve --config <file> --cluster <name> --digest {d.digest}`",
+            f"`gitops-agent prune approve --config <file> --cluster <name>{app} --digest {d.digest}`",
         )
         for c in d.delete:
             d.kept[c.key] = d.refusal.message

@@ -119,7 +119,9 @@ def _apply_one(
                 change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid, note=Note.YIELDED
             )
         if change.action is Action.SKIP or change.body is None:
-            return ApplyResult(change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid)
+            return ApplyResult(
+                change.key, Outcome.SKIPPED, message=change.reason, uid=change.uid, skip=change.skip
+            )
         try:
             return _send(client, change, body_for(change), options)
         except ApiError as e:

@@ -170,7 +170,7 @@ def _one_pass(cfg: Config, cluster_name: str) -> int:
             )
             fleet.fence = lambda name: lm.may_write(name) if lm else None
         revision = GitSource.from_config(cfg).poll()
-        results = fleet.run_pass(cluster_name, revision)
+        results = fleet.run_apps(cluster_name, revision)
     except AgentError as e:
         click.echo(f"{cluster_name}: {e}", err=True)
         return EXIT_FAILED
@@ -178,22 +178,28 @@ def _one_pass(cfg: Config, cluster_name: str) -> int:
         if lm is not None:
             lm.stop(release=True)
         fleet.close()
-    click.echo(format_summary([results]))
-    return 0 if results.ok else EXIT_FAILED
+    click.echo(format_summary(results))
+    return 0 if all(r.ok for r in results) else EXIT_FAILED
 
 
 # -- status -----------------------------------------------------------------------
 
 
 def format_status(doc: dict[str, Any]) -> str:
-    """The per-cluster table of ``/status``."""
-    head = ("CLUSTER", "STATE", "REVISION", "LAST SUCCESS", "FAILURES", "NEXT RUN", "HOLDER")
+    """The table of ``/status``: one row per (cluster, app); the APP column once an app is not a
+    cluster entry's own (named after the entry)."""
+    entries = doc.get("clusters", [])
+    apps = any(c.get("app", c["cluster"]) != c["cluster"] for c in entries)
+    head = ("CLUSTER", *(("APP",) if apps else ()), "STATE", "REVISION", "LAST SUCCESS", "FAILURES")
+    head = (*head, "NEXT RUN", "HOLDER")
     rows = [head]
     errors = []
-    for c in doc.get("clusters", []):
+    for c in entries:
+        where = c["cluster"] if c.get("app", c["cluster"]) == c["cluster"] else f"{c['cluster']}/{c['app']}"
         rows.append(
             (
                 c["cluster"],
+                *((c.get("app", c["cluster"]),) if apps else ()),
                 c.get("state", ""),
                 (c.get("revision") or "-")[:12],
                 (c.get("last_success_at") or "-")[:19],
@@ -203,9 +209,13 @@ def format_status(doc: dict[str, Any]) -> str:
             )
         )
         if c.get("error"):
-            errors.append(f"  {c['cluster']}: {c['error'].splitlines()[0]}")
+            errors.append(f"  {where}: {c['error'].splitlines()[0]}")
         elif c.get("prune_refused"):
-            errors.append(f"  {c['cluster']}: prune refused: {c['prune_refused'].splitlines()[0]}")
+            errors.append(f"  {where}: prune refused: {c['prune_refused'].splitlines()[0]}")
+        elif c.get("waiting_on"):
+            errors.append(f"  {where}: waiting on {', '.join(c['waiting_on'])}")
+        for conflict in c.get("conflicts") or []:
+            errors.append(f"  {where}: conflict: {conflict}")
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     rev = (doc.get("revision") or "none")[:12]

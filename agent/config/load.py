@@ -43,6 +43,7 @@ from agent.config.types import (
     SourceConfig,
     SourceVerify,
     choices,
+    implicit_app,
 )
 from agent.errors import ConfigError
 
@@ -418,20 +419,6 @@ def _app(
     return apps
 
 
-def _implicit_app(cluster: ClusterConfig, rules: tuple[ConflictRule, ...]) -> AppConfig:
-    """The app a `[[clusters]]` entry with `path`/`paths` is: exactly what the entry was before apps."""
-    return AppConfig(
-        name=cluster.name,
-        cluster=cluster.name,
-        paths=cluster.paths,
-        settings=cluster.settings,
-        conflict_rules=rules,
-        vars=cluster.vars,
-        helm=cluster.helm,
-        implicit=True,
-    )
-
-
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read, parse and validate a config file; raises ``ConfigError``."""
     file = str(path)
@@ -515,7 +502,7 @@ def _apps(
                 "none: add [source], or name a [[sources]] entry default",
                 file=top.file,
             )
-        placed.append(Placed(_implicit_app(c, rules), f"clusters[{i}]"))
+        placed.append(Placed(implicit_app(c, rules), f"clusters[{i}]"))
     by_name = {c.name: c for c in clusters}
     for i, table in enumerate(top.get("apps", list) or ()):
         entry = f"apps[{i}]"

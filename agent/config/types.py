@@ -284,6 +284,20 @@ class AppConfig:
     renamed_from: str = ""
 
 
+def implicit_app(cluster: ClusterConfig, rules: tuple[ConflictRule, ...]) -> AppConfig:
+    """The app a `[[clusters]]` entry with `path`/`paths` is: exactly what the entry was before apps."""
+    return AppConfig(
+        name=cluster.name,
+        cluster=cluster.name,
+        paths=cluster.paths,
+        settings=cluster.settings,
+        conflict_rules=rules,
+        vars=cluster.vars,
+        helm=cluster.helm,
+        implicit=True,
+    )
+
+
 #: The defaults as values, for whatever takes a setting's default without a config at hand
 #: (option dataclasses: ``concurrency: int = CLUSTER_DEFAULTS.concurrency``).
 AGENT_DEFAULTS: Final = AgentSettings()

@@ -480,13 +480,16 @@ class KubeClient:
         name: str,
         *,
         uid: str | None = None,
+        resource_version: str | None = None,
         propagation: str = "Background",
         dry_run: bool = False,
     ) -> Manifest | None:
-        """Delete, with a ``uid`` precondition so we never delete a re-created namesake."""
+        """Delete, with a ``uid`` precondition so we never delete a re-created namesake (and a
+        ``resource_version`` one, to delete only the state that was read)."""
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {"uid": uid, "resourceVersion": resource_version}
+        if uid or resource_version:
+            body["preconditions"] = {k: v for k, v in preconditions.items() if v}
         if dry_run:
             body["dryRun"] = ["All"]
         result: Manifest | None = self.request("DELETE", info.path(namespace, name), body=body)

@@ -55,6 +55,7 @@ from agent.model import (
     ObjectKey,
     Plan,
     Resolution,
+    SkipReason,
     split_api_version,
 )
 from agent.plan import masking
@@ -95,6 +96,12 @@ class PlanOptions:
     adopt: Adopt = CLUSTER_DEFAULTS.adopt
     #: (label, value) marking our objects, e.g. ("applyset.kubernetes.io/part-of", id).
     membership_label: tuple[str, str] | None = None
+    #: Membership values of sets this app takes objects over from (another app of the cluster
+    #: that no longer declares them, or the app this one was renamed from): adopted as they are.
+    handover_from: frozenset[str] | None = None
+    #: Membership values of this agent's other apps on the cluster: their members are never
+    #: adopted, whatever ``adopt`` says (only ``handover_from`` moves them).
+    protected: frozenset[str] | None = None
     #: False = the reconcile pass: no report operations and no path sets where the verdict does
     #: not need them (a CREATE carries neither). The verdict itself is the same either way.
     detail: bool = True
@@ -123,7 +130,8 @@ def plan(
     changes: list[Change] = []
     for obj in desired:
         if obj.key not in live:
-            changes.append(_change(obj, Action.SKIP, reason="live state unknown: not listed in this pass"))
+            unknown = "live state unknown: not listed in this pass"
+            changes.append(_change(obj, Action.SKIP, reason=unknown, skip=SkipReason.LIVE_UNKNOWN))
             continue
         changes.append(plan_object(obj, live[obj.key], options))
     return Plan(cluster=cluster, revision=revision, changes=tuple(changes))
@@ -188,7 +196,8 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
 
     for source, where in ((live, "live"), (manifest, "Git")):
         if _annotation(source, RECONCILE) == "disabled":
-            return _change(desired, Action.SKIP, reason=f"{RECONCILE}: disabled (in {where})", **ids)
+            why = f"{RECONCILE}: disabled (in {where})"
+            return _change(desired, Action.SKIP, reason=why, skip=SkipReason.RECONCILE_DISABLED, **ids)
 
     body = _clean(manifest, ignored, node)
     if live is None:
@@ -207,9 +216,9 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
 
     entries = managed_entries(live)
     ours = next((e for e in entries if _is_our_apply(e, options.field_manager)), None)
-    refusal, adopting = _adoption(live, entries, ours, options)
-    if refusal:
-        return _change(desired, Action.SKIP, reason=refusal, **ids)
+    skip, refusal, adopting = _adoption(live, entries, ours, options)
+    if skip is not None:
+        return _change(desired, Action.SKIP, reason=refusal, skip=skip, **ids)
     ctx = _Context(body, live, node, secret, ours, tuple(e for e in entries if e is not ours))
 
     diff = differences(body, live, node, owned=ours.paths if ours else frozenset(), secret=secret)
@@ -271,28 +280,46 @@ def _is_our_apply(entry: ManagedEntry, manager: str) -> bool:
 
 def _adoption(
     live: Manifest, entries: Sequence[ManagedEntry], ours: ManagedEntry | None, options: PlanOptions
-) -> tuple[str, bool]:
-    """(refusal reason or "", whether this write adopts an object that was not ours)."""
+) -> tuple[SkipReason | None, str, bool]:
+    """(why not, in words, or None; whether this write adopts an object that was not ours).
+
+    Membership decides before field ownership: every app of an agent shares its field manager,
+    so "our Apply entry" says only that this agent wrote the object, not which of its apps.
+    """
     meta = live.get("metadata") or {}
     labels = meta.get("labels") or {}
     label_key, label_value = options.membership_label or (PART_OF, None)
-    if ours is not None or (label_value is not None and labels.get(label_key) == label_value):
-        return "", False
+    current = labels.get(label_key)
+    if label_value is not None and current == label_value:
+        return None, "", False
+    if label_value is not None and current is not None:
+        if current in (options.handover_from or ()):
+            return None, "", True
+        if current in (options.protected or ()):
+            return SkipReason.OTHER_SET, f"a member of another app's set ({label_key}={current})", False
+        if options.adopt != Adopt.ALWAYS:
+            why = f"belongs to another set ({label_key}={current}); adopt = {options.adopt} refuses"
+            return SkipReason.OTHER_SET, why, False
+        return None, "", True
+    if ours is not None:
+        return None, "", False
     if options.adopt == Adopt.ALWAYS:
-        return "", True
+        return None, "", True
     if options.adopt == Adopt.NEVER:
-        return "exists and is not ours (adopt = never)", False
+        return SkipReason.ADOPT_REFUSED, "exists and is not ours (adopt = never)", False
     if label_key in labels:
-        return f"belongs to another set ({label_key}={labels[label_key]}); adopt = if-unowned refuses", False
+        why = f"belongs to another set ({label_key}={labels[label_key]}); adopt = if-unowned refuses"
+        return SkipReason.OTHER_SET, why, False
     if meta.get("ownerReferences"):
         owners = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in meta["ownerReferences"])
-        return f"has ownerReferences ({owners}); adopt = if-unowned refuses", False
+        return SkipReason.ADOPT_REFUSED, f"has ownerReferences ({owners}); adopt = if-unowned refuses", False
     appliers = sorted(
         {e.manager for e in entries if e.operation == "Apply" and e.manager != options.field_manager}
     )
     if appliers:
-        return f"applied by another manager ({', '.join(appliers)}); adopt = if-unowned refuses", False
-    return "", True
+        why = f"applied by another manager ({', '.join(appliers)}); adopt = if-unowned refuses"
+        return SkipReason.ADOPT_REFUSED, why, False
+    return None, "", True
 
 
 def _conflicts(

@@ -17,7 +17,7 @@ from typing import Any
 from agent.apply.ssa import CRD_KEY
 from agent.errors import ApiError
 from agent.kube.client import KubeClient, ResourceInfo
-from agent.model import Action, Change, DesiredObject, Manifest, ObjectKey
+from agent.model import Action, Change, DesiredObject, Manifest, ObjectKey, SkipReason
 
 GroupKind = tuple[str, str]
 #: Called on a listing thread with a chunk of one kind's wanted objects: those just listed, as they
@@ -58,7 +58,7 @@ class LiveState:
         why = self.unknown.get(change.key)
         if why is None or change.action is not Action.SKIP:
             return change
-        return replace(change, reason=f"live state unknown: {why}")
+        return replace(change, reason=f"live state unknown: {why}", skip=SkipReason.LIVE_UNKNOWN)
 
 
 def read_live(

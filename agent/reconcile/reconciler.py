@@ -1,71 +1,74 @@
-"""One reconcile pass for one cluster: render → read live → plan → apply → prune.
+"""One reconcile pass for one cluster: every due app, from one shared read of live state.
 
-``ClusterReconciler`` holds what one cluster keeps between passes (its client,
-discovery, schema and render caches) and sequences the stages; it decides
-nothing itself. The scheduler runs one per cluster; the CLI's ``run --once``
-and ``diff`` call it directly. Every failure ends as a ``ClusterResult`` with
-a typed ``Failure`` (reason, state, readable message), never as an exception
-that could reach another cluster.
+``ClusterReconciler`` sequences the stages (``ClusterStages``) for the cluster's apps and keeps
+what a pass needs from the last (each app's no-op memo and last success); what it decides about
+apps is pure (``reconcile.apps``). A pass renders each app alone (a render error fails that app
+only: nothing applied or pruned for it), reads every app's inventory parent with one labelled
+LIST and the live state of all their objects with one LIST per kind, then, per app in
+dependency order, plans with the app's own membership label and settings, applies, prunes
+behind the app's own brake and narrows the app's own inventory. A `[[clusters]]` entry's own
+app is one app among them: there is one code path.
+
+The scheduler runs one per cluster; the CLI's ``run --once`` and ``diff`` call it directly.
+Every failure ends as a ``ClusterResult`` (one per app) with a typed ``Failure``, never as an
+exception that could reach another cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import structlog
 
 from agent.apply import prune as prune_stage
 from agent.apply import ssa as apply_stage
-from agent.apply.inventory import PART_OF, Inventory, InventoryStore, Member, record_uids, widen
+from agent.apply.inventory import PART_OF, Inventory, load_parents, parent_name, widen
 from agent.config.types import ClusterConfig, Config
-from agent.errors import AgentError, ApiError, ClusterRefused, RenderError, RenderProblem, StatusCause
+from agent.errors import AgentError, ApiError, ClusterError, ClusterRefused, RenderError, StatusCause
 from agent.kube.client import KubeClient
 from agent.model import (
     Action,
-    ApplyResult,
+    AppConflict,
     Change,
     ClusterResult,
     DesiredObject,
-    DesiredSet,
+    Failure,
+    FailureReason,
     Manifest,
     ObjectKey,
     Outcome,
-    Plan,
+    PassState,
     PruneReason,
     PruneRefusal,
-    Refusal,
     Revision,
-    split_api_version,
+    SkipReason,
 )
 from agent.plan.causes import replan_after_conflict
-from agent.plan.planner import PlanOptions, plan, request_body
-from agent.plan.schema import SchemaIndex
-from agent.reconcile.identity import shared_message
-from agent.reconcile.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
-from agent.render.renderer import RenderCache, RenderSpec
+from agent.plan.planner import request_body
+from agent.reconcile.appruns import AppRun, Shared, narrowed
+from agent.reconcile.apps import (
+    Declared,
+    Revisions,
+    assign,
+    combined,
+    dependency_order,
+    revisions_of,
+    with_dependencies,
+)
+from agent.reconcile.live import GroupKind
+from agent.reconcile.stages import ClientFactory, ClusterStages, SameCluster, app_render_spec, render_spec
+from agent.reconcile.verdicts import NoopMemo, Verdict
+from agent.render.renderer import RenderCache
+
+__all__ = ["ClientFactory", "ClusterReconciler", "SameCluster", "app_render_spec", "render_spec"]
 
 log = structlog.get_logger("gitops_agent.reconcile")
-ClientFactory = Callable[[ClusterConfig], KubeClient]
-#: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
-SameCluster = Callable[[str, str | None], list[str]]
 
 
-def render_spec(cluster: ClusterConfig) -> RenderSpec:
-    return RenderSpec(
-        cluster=cluster.name,
-        paths=cluster.paths,
-        vars=dict(cluster.vars),
-        exclude=cluster.settings.exclude,
-        helm=cluster.helm,
-        timeout=cluster.settings.render_timeout,
-    )
-
-
-class ClusterReconciler:
-    """Reconciles one cluster; owns that cluster's client and caches."""
+class ClusterReconciler(ClusterStages):
+    """Reconciles one cluster's apps; owns that cluster's client and caches."""
 
     def __init__(
         self,
@@ -76,207 +79,351 @@ class ClusterReconciler:
         render_cache: RenderCache | None = None,
         same_cluster: SameCluster | None = None,
     ) -> None:
-        self.config = config
-        self.cluster = cluster
-        #: Set by ``Fleet``, which knows the other entries; alone (CLI tools) only the claim guards.
-        self._same_cluster = same_cluster
-        self.field_manager = config.field_manager(cluster)
-        self._client_factory = client_factory
-        self._client: KubeClient | None = None
-        self.render_cache = render_cache or RenderCache()
-        self.schema = SchemaIndex()
-        self._schema_loaded: set[tuple[str, str]] = set()
-        #: Bumped whenever a schema document is added: plans made before may differ after.
-        self._schema_generation = 0
-        #: Last NOOP verdict per object: (desired object, live (resourceVersion, uid), change).
-        #: ``plan_object`` is a pure function of the desired object, the live object and the
-        #: options, and a resourceVersion names exactly one stored state of an object, so an equal
-        #: desired object against the same live version gets the same verdict without re-planning.
-        self._noop_memo: dict[ObjectKey, tuple[DesiredObject, tuple[str, str], Change]] = {}
-        self._memo_token: tuple[Any, ...] = ()
-
-    @property
-    def client(self) -> KubeClient:
-        if self._client is None:
-            self._client = self._client_factory(self.cluster)
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    @property
-    def store(self) -> InventoryStore:
-        return InventoryStore(
-            self.client,
-            name=self.config.agent.name,
-            namespace=self.config.agent.namespace,
-            field_manager=self.field_manager,
-            claimant=self.cluster.name,
+        super().__init__(
+            config,
+            cluster,
+            client_factory=client_factory,
+            render_cache=render_cache,
+            same_cluster=same_cluster,
         )
-
-    def check_identity(self) -> None:
-        """Refuse the pass when another config entry reaches this very cluster (one GET, cached).
-
-        Compared by the kube-system UID, not the URL: two addresses of one API server are one
-        cluster. Where RBAC hides kube-system this cannot see anything; the claim on the
-        ApplySet parent then refuses the second entry.
-        """
-        if self._same_cluster is None:
-            return
-        uid = self.client.cluster_uid()
-        others = self._same_cluster(self.cluster.name, uid)
-        if uid is not None and others:
-            agent, name = self.config.agent, self.cluster.name
-            message = shared_message(name, others, uid, agent=agent.name, namespace=agent.namespace)
-            raise ClusterRefused(name, Refusal.SHARED_CLUSTER, message)
-
-    # -- stages ---------------------------------------------------------------
-
-    def render(self, revision: Revision) -> DesiredSet:
-        # Through the cache's single flight: clusters sharing a render wait for the one rendering it
-        # instead of each rendering (and holding) its own copy at the same moment.
-        return self.render_cache.render(revision.tree, render_spec(self.cluster), revision=revision.sha)
-
-    def prepare(self, desired: DesiredSet, inventory_id: str) -> list[DesiredObject]:
-        """Default namespaces, refuse namespaced-ness mistakes, add our membership label."""
-        disc = self.client.discovery()
-        scopes = crd_scopes(desired.objects)
-        out: list[DesiredObject] = []
-        problems: list[RenderProblem] = []
-        for obj in desired.objects:
-            # Only metadata changes here (namespace, our label): copy that level and share the rest
-            # with the render cache, which nothing downstream writes to (the planner and apply
-            # copy before editing). A deep copy per object per pass cost time and a copy of every object.
-            m = dict(obj.manifest)
-            meta = m["metadata"] = dict(m.get("metadata") or {})
-            if isinstance(meta.get("labels"), dict):
-                meta["labels"] = dict(meta["labels"])
-            group = obj.key.group
-            info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
-            namespaced = info.namespaced if info else scopes.get((group, obj.key.kind))
-            if namespaced is None:
-                namespaced = bool(meta.get("namespace"))  # unknown kind: keep as written; apply reports it
-            if namespaced and not meta.get("namespace"):
-                meta["namespace"] = self.cluster.settings.default_namespace
-            elif not namespaced and meta.get("namespace"):
-                problems.append(
-                    RenderProblem(
-                        obj.provenance.file,
-                        f"{obj.key.kind} {meta.get('name')} is cluster-scoped but sets a namespace",
-                        line=obj.provenance.line,
-                    )
-                )
-                continue
-            meta.setdefault("labels", {})[PART_OF] = inventory_id
-            out.append(DesiredObject(m, obj.provenance))
-        if problems:
-            raise RenderError(problems, cluster=self.cluster.name)
-        return out
-
-    def read_live(
-        self,
-        keys: Iterable[ObjectKey],
-        desired: list[DesiredObject],
-        *,
-        inspect: Inspect | None = None,
-        keep: Callable[[ObjectKey], bool] | None = None,
-    ) -> LiveState:
-        """``live.read_live`` on this cluster's client and pool size."""
-        return read_live(
-            self.client,
-            keys,
-            crd_scopes(desired),
-            concurrency=self.cluster.settings.concurrency,
-            inspect=inspect,
-            keep=keep,
-        )
-
-    def load_schema(self, objs: Iterable[DesiredObject]) -> None:
-        """OpenAPI v3 per group-version, once per client lifetime (list-map keys, int-or-string)."""
-        for group, version in sorted({split_api_version(o.api_version) for o in objs}):
-            gv = (group, version)
-            if gv in self._schema_loaded:
-                continue
-            try:
-                self.schema.add_document(self.client.openapi_v3(group, version))
-                self._schema_generation += 1
-            except ApiError as e:
-                if e.is_cluster_level:
-                    raise
-                # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply
-                # now, and the next pass asks again (marking it loaded would plan its list-maps
-                # as atomic lists for good, re-applying every custom resource on every pass).
-                if e.status == 404:
-                    continue
-            self._schema_loaded.add(gv)
+        self._memos: dict[str, NoopMemo] = {}
+        #: App → the revision of its last successful pass (``depends_on`` reads it).
+        self.succeeded: dict[str, str] = {}
 
     # -- the pass ---------------------------------------------------------------
 
-    def reconcile(self, revision: Revision, *, dry_run: bool = False) -> ClusterResult:
-        result = ClusterResult(self.cluster.name, revision.sha, started=datetime.now(UTC), dry_run=dry_run)
-        bound = log.bind(cluster=self.cluster.name, revision=revision.short)
-        try:
-            self._pass(revision, result, dry_run=dry_run)
-        except ClusterRefused as e:
-            result.failure = e.failure()
-            bound.error("cluster refused; nothing applied, pruned or written", error=str(e))
-        except RenderError as e:
-            result.failure = e.failure()
-            bound.error("render failed; nothing applied or pruned", error=str(e))
-        except AgentError as e:
-            result.failure = e.failure()
-            bound.error("reconcile failed", error=str(e))
-        result.finished = datetime.now(UTC)
-        return result
+    def reconcile(self, revision: Revision | Revisions, *, dry_run: bool = False) -> ClusterResult:
+        """Every app of the cluster; their results combined (one app: its own result)."""
+        return combined(self.cluster.name, self.reconcile_apps(revision, dry_run=dry_run))
 
-    def _pass(self, revision: Revision, result: ClusterResult, *, dry_run: bool) -> None:
-        desired_set = self.render(revision)
-        self.check_identity()  # before anything is written, by this entry or (racing) another
-        store = self.store
-        inventory = store.load()
-        store.check_claim(inventory)
-        if inventory.suspended:
-            result.prune_refusal = PruneRefusal(
-                PruneReason.SUSPENDED, "cluster suspended (annotation on the ApplySet parent)"
+    def reconcile_apps(
+        self, revision: Revision | Revisions, *, dry_run: bool = False, apps: Iterable[str] | None = None
+    ) -> list[ClusterResult]:
+        """One pass over ``apps`` (every app when None) and the dependencies they need first.
+
+        ``revision``: each source's revision (a single ``Revision``: the config's one source).
+        One result per app that ran, in config order.
+        """
+        revisions = revisions_of(self.config, revision)
+        wanted = [a.name for a in self.apps] if apps is None else list(apps)
+        due = with_dependencies(self.apps, wanted, self.succeeded, revisions)
+        started = datetime.now(UTC)
+        runs: dict[str, AppRun] = {}
+        for a in self.apps:
+            rev = revisions.get(a.source)
+            result = ClusterResult(
+                self.cluster.name, rev.sha if rev else "", started=started, dry_run=dry_run, app=a.name
             )
+            runs[a.name] = AppRun(a, result, a.name in due, rev)
+        bound = log.bind(cluster=self.cluster.name)
+        try:
+            self._pass(runs, dry_run=dry_run)
+        except ClusterRefused as e:
+            self._fail(runs, e.failure())
+            bound.error("cluster refused; nothing applied, pruned or written", error=str(e))
+        except AgentError as e:
+            self._fail(runs, e.failure())
+            bound.error("reconcile failed", error=str(e))
+        out = []
+        for run in runs.values():
+            if not run.due:
+                continue
+            run.result.finished = datetime.now(UTC)
+            if not dry_run:
+                self._remember(run)
+            out.append(run.result)
+        return out
+
+    def _fail(self, runs: Mapping[str, AppRun], failure: Failure) -> None:
+        for run in runs.values():
+            if run.due and not run.finished:
+                run.result.failure = failure
+                run.finished = True
+
+    def _remember(self, run: AppRun) -> None:
+        state = run.result.state
+        if state is PassState.OK:
+            self.succeeded[run.name] = run.result.revision
+        elif state not in (PassState.WAITING, PassState.SUSPENDED):
+            self.succeeded.pop(run.name, None)
+
+    def _pass(self, runs: dict[str, AppRun], *, dry_run: bool) -> None:
+        for run in runs.values():
+            self._render(run)
+        if not any(r.due and r.desired_set is not None for r in runs.values()):
+            return  # every due app failed to render: no request at all (invariant 2)
+        self.check_identity()  # before anything is written, by this entry or (racing) another
+        old = self._read_parents(runs, dry_run=dry_run)
+        for run in runs.values():
+            self._prepare(run)
+        order = [runs[a.name] for a in dependency_order(self.apps)]
+        if not any(r.active for r in order):
             return
-        if not dry_run and inventory.exists:
-            inventory = store.claim(inventory)  # a parent written before claims existed: now ours
-        desired = self.desired(desired_set, store.id)
-        by_key = {o.key: o for o in desired}
-        options = self.plan_options(store.id, detail=False)
-        # Objects are planned on the listing threads as they are decoded, and of the live objects
-        # only inventory members that left Git (prune candidates) are kept whole: holding every
-        # listed object of the cluster until the plan was done was most of a pass's memory.
-        self._memo_reset(options)
+        holders, known = self._holders(runs, old)
+        for run in runs.values():
+            if run.known:
+                assert run.store is not None
+                mine = run.store.id
+                run.options = self.plan_options(
+                    mine,
+                    detail=False,
+                    app=run.app,
+                    handover_from=frozenset(i for i, (a, _) in holders.items() if a in known and i != mine),
+                    protected=frozenset(i for i, (a, _) in holders.items() if a not in known and i != mine),
+                )
+                self._memo(run.name).reset(run.options, self._schema_generation)
+        shared = Shared(runs, holders, known)
+        verdicts = self._read_and_plan(shared)
+        for run in order:
+            if run.active:
+                self._run_app(run, shared, verdicts.get(run.name, []), dry_run=dry_run)
+        if not dry_run:
+            self._settle(runs, old, shared)
 
-        def plan_chunk(gk: GroupKind, objects: dict[ObjectKey, Manifest | None]) -> list[_Verdict]:
-            todo = [by_key[k] for k in objects if k in by_key]
-            return self._verdicts(revision.sha, todo, objects, options)
+    def _render(self, run: AppRun) -> None:
+        """Render one app alone; a due app's render error is its failure, nobody else's."""
+        if run.revision is None:
+            if run.due:
+                message = (
+                    f"source {run.app.source!r} has delivered no revision yet; nothing applied or pruned"
+                )
+                run.result.failure = Failure(FailureReason.SOURCE, message)
+                run.finished = True
+            return
+        try:
+            run.desired_set = self.render_app(run.app, run.revision)
+        except RenderError as e:
+            if run.due:
+                run.result.failure = e.failure()
+                run.finished = True
+                log.error(
+                    "render failed; nothing applied or pruned",
+                    cluster=self.cluster.name,
+                    app=run.name,
+                    error=str(e),
+                )
 
-        live = self.read_live(
-            set(by_key) | inventory.keys(), desired, inspect=plan_chunk, keep=lambda k: k not in by_key
-        )
-        verdicts: list[_Verdict] = [v for planned in live.inspected.values() for v in planned]
+    def _read_parents(self, runs: dict[str, AppRun], *, dry_run: bool) -> dict[str, tuple[str, Inventory]]:
+        """Every app's parent with one labelled LIST; claims checked; suspension read.
+
+        Returns the parents of apps renamed away (``renamed_from``): parent name → (successor, parent).
+        """
+        agent = self.config.agent.name
+        olds: dict[str, str] = {}
+        for a in self.apps:
+            if a.renamed_from:
+                olds[parent_name(agent, a.renamed_from, implicit=False)] = a.name
+                if a.renamed_from == self.cluster.name:  # the cluster entry's own app, renamed
+                    olds[agent] = a.name
+        own = [self.parent_of(a.name) for a in self.apps]
+        names = own + [n for n in olds if n not in own]
+        legacy = [agent]  # written before parents were labelled: found by name
+        parents = load_parents(self.client, self.config.agent.namespace, agent, names, unlabelled=legacy)
+        for run in runs.values():
+            run.store = self.store_for(self.parent_of(run.name))
+            inventory = parents[run.store.name]
+            try:
+                run.store.check_claim(inventory)
+                if not dry_run and inventory.exists and run.due and run.desired_set is not None:
+                    inventory = run.store.claim(inventory)  # a parent written before claims: now ours
+            except ClusterRefused as e:
+                run.refused = True
+                if run.due and not run.finished:
+                    run.result.failure = e.failure()
+                    run.finished = True
+                    log.error("app refused; nothing applied, pruned or written", app=run.name, error=str(e))
+                continue
+            run.inventory = inventory
+            run.members = dict(inventory.members)
+            if inventory.suspended or run.app.suspend:
+                run.suspended = True
+                if run.due and not run.finished:
+                    where = "suspend = true" if run.app.suspend else "annotation on its ApplySet parent"
+                    why = f"app {run.name!r} suspended ({where})"
+                    run.result.prune_refusal = PruneRefusal(PruneReason.SUSPENDED, why)
+                    run.finished = True
+        out: dict[str, tuple[str, Inventory]] = {}
+        for name, successor in olds.items():
+            inv = parents[name]
+            if inv.exists and name not in own and inv.claimed_by in ("", self.cluster.name):
+                out[name] = (successor, inv)
+        return out
+
+    def _prepare(self, run: AppRun) -> None:
+        if run.desired_set is None or run.refused or run.store is None:
+            return
+        try:
+            run.desired = self.prepare(
+                run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
+            )
+            self.load_schema(run.desired)
+        except RenderError as e:
+            run.desired = None
+            if run.due and not run.finished:
+                run.result.failure = e.failure()
+                run.finished = True
+
+    def _holders(
+        self, runs: Mapping[str, AppRun], old: Mapping[str, tuple[str, Inventory]]
+    ) -> tuple[dict[str, tuple[str, str]], set[str]]:
+        """Membership value → (the app that holds its members, the parent they are recorded in);
+        and the apps whose declarations this pass knows."""
+        holders: dict[str, tuple[str, str]] = {}
+        for run in runs.values():
+            if run.store is not None:
+                holders[run.store.id] = (run.name, run.store.name)
+        for name, (successor, inv) in old.items():
+            holders[inv.id] = (successor, name)
+        return holders, {r.name for r in runs.values() if r.known}
+
+    def _memo(self, app: str) -> NoopMemo:
+        return self._memos.setdefault(app, NoopMemo())
+
+    def _read_and_plan(self, shared: Shared) -> dict[str, list[Verdict]]:
+        """One LIST per kind for every active app's objects and members; each object planned for
+        the app that manages it, on the listing threads as items are decoded."""
+        runs = shared.runs
+        declared_by = shared.declared
+        active = [r for r in runs.values() if r.active]
+        keys: set[ObjectKey] = {k for k, decl in declared_by.items() if any(r.active for r, _ in decl)}
+        for run in active:
+            keys |= set(run.members)
+        everything = [o for r in runs.values() if r.known and r.desired for o in r.desired]
+
+        def plan_chunk(gk: GroupKind, objects: dict[ObjectKey, Manifest | None]) -> list[Verdict]:
+            return self._decide(shared, [k for k in objects if k in declared_by], objects)
+
+        # Of the live objects only prune candidates are kept whole (members no app declares):
+        # holding every listed object of the cluster until the plan was done was most of a pass's memory.
+        live = self.read_live(keys, everything, inspect=plan_chunk, keep=lambda k: k not in declared_by)
+        shared.live = live
+        verdicts: list[Verdict] = [v for planned in live.inspected.values() for v in planned]
         live.inspected.clear()
         # Not planned on a listing thread: kinds a CRD of this commit adds (nothing live yet:
         # create), and objects whose listing failed, which the planner skips (live state unknown)
         # instead of mistaking them for absent.
-        planned = {v.obj.key for v in verdicts}
-        rest = [o for o in desired if o.key not in planned]
-        known: dict[ObjectKey, Manifest | None] = {o.key: None for o in rest if live.listed(o.key)}
-        for v in self._verdicts(revision.sha, rest, known, options):
+        seen = {v.obj.key for v in verdicts}
+        rest = [k for k in keys if k in declared_by and k not in seen]
+        known: dict[ObjectKey, Manifest | None] = {k: None for k in rest if live.listed(k)}
+        for v in self._decide(shared, rest, known):
             verdicts.append(replace(v, change=live.explain(v.change)))
-        the_plan = self._remember(revision.sha, desired, verdicts)
-        del verdicts
+        out: dict[str, list[Verdict]] = {}
+        for v in verdicts:
+            out.setdefault(v.app, []).append(v)
+        return out
+
+    def _decide(
+        self, shared: Shared, keys: list[ObjectKey], live: Mapping[ObjectKey, Manifest | None]
+    ) -> list[Verdict]:
+        """Verdicts for ``keys`` for every active app declaring them: planned for the app that
+        manages each (``apps.assign``), a SKIP naming the holder for the others."""
+        out: list[Verdict] = []
+        todo: dict[str, list[DesiredObject]] = {}
+        extra: dict[ObjectKey, tuple[str, tuple[AppConflict, ...]]] = {}
+        for key in keys:
+            decl = shared.declared.get(key) or []
+            if not any(r.active for r, _ in decl):
+                continue
+            obj_live = live.get(key)
+            part_of = ((obj_live or {}).get("metadata") or {}).get("labels", {}).get(PART_OF)
+            holder = shared.holders.get(part_of) if part_of else None
+            a = assign(
+                key,
+                [Declared(r.name, o.provenance.file) for r, o in decl],
+                holder[0] if holder else None,
+                shared.known,
+            )
+            for run, obj in decl:
+                if not run.active or run.name == a.owner:
+                    continue
+                skip = SkipReason.OTHER_APP if a.owner is not None else SkipReason.OTHER_SET
+                change = Change(
+                    key, Action.SKIP, obj.api_version, reason=a.reason, provenance=obj.provenance, skip=skip
+                )
+                out.append(Verdict(run.name, obj, change, None, conflicts=a.conflicts, passed=True))
+            if a.owner is None:
+                continue
+            owner = shared.runs[a.owner]
+            if holder is not None and holder[0] == a.owner:
+                # Held by its owner already: a stale record of it elsewhere (a pass cut short
+                # between a handover's apply and its settling) is dropped when this pass settles.
+                shared.release_stale(key, owner)
+            if not owner.active:
+                continue
+            obj = next(o for r, o in decl if r is owner)
+            todo.setdefault(owner.name, []).append(obj)
+            assert owner.store is not None
+            giver = holder[1] if holder and holder[1] != owner.store.name else ""
+            if giver or a.conflicts:
+                extra[key] = (giver, a.conflicts)
+        for name, objs in todo.items():
+            run = shared.runs[name]
+            assert run.options is not None and run.revision is not None
+            planned = self._memo(name).verdicts(
+                name, self.cluster.name, run.revision.sha, objs, live, run.options
+            )
+            for v in planned:
+                if v.obj.key in extra:
+                    giver, conflicts = extra[v.obj.key]
+                    v = replace(v, taken_from=giver, conflicts=conflicts)
+                out.append(v)
+        return out
+
+    def _run_app(self, run: AppRun, shared: Shared, verdicts: list[Verdict], *, dry_run: bool) -> None:
+        """Plan, widen, apply, prune, narrow: one app; an error of this app fails this app only."""
+        waiting = self._waiting(run, shared.runs)
+        if waiting:
+            run.result.waiting_on = waiting
+            run.finished = True
+            log.info("waiting on dependencies; nothing applied or pruned", app=run.name, dependencies=waiting)
+            return
+        try:
+            self._apply_and_prune(run, shared, verdicts, dry_run=dry_run)
+        except AgentError as e:
+            if isinstance(e, ClusterError) and (not isinstance(e, ApiError) or e.is_cluster_level):
+                raise  # the cluster as a whole: every app after this one fails the same way
+            run.result.failure = e.failure()
+            log.error("app failed", app=run.name, error=str(e))
+        run.finished = True
+
+    def _waiting(self, run: AppRun, runs: Mapping[str, AppRun]) -> tuple[str, ...]:
+        """The dependencies whose last pass at their current revision did not succeed."""
+        out = []
+        for name in run.app.depends_on:
+            dep = runs.get(name)
+            if dep is None:
+                continue
+            if dep.due:
+                ok = dep.finished and dep.result.state is PassState.OK
+            else:
+                ok = dep.revision is not None and self.succeeded.get(name) == dep.revision.sha
+            if not ok:
+                out.append(name)
+        return tuple(out)
+
+    def _apply_and_prune(
+        self, run: AppRun, shared: Shared, verdicts: list[Verdict], *, dry_run: bool
+    ) -> None:
+        assert run.desired is not None and run.store is not None and run.inventory is not None
+        assert run.options is not None and run.revision is not None and run.desired_set is not None
+        store, inventory, options = run.store, run.inventory, run.options
+        result = run.result
+        the_plan = self._memo(run.name).remember(self.cluster.name, run.revision.sha, run.desired, verdicts)
+        by_key = {o.key: o for o in run.desired}
+        left_to_others = {v.obj.key for v in verdicts if v.passed}
+        mine = {k: o for k, o in by_key.items() if k not in left_to_others}
+        taken = {v.obj.key: v.taken_from for v in verdicts if v.taken_from}
+        for v in verdicts:
+            for c in v.conflicts:
+                if c not in result.conflicts:
+                    result.conflicts.append(c)
         if not dry_run:
-            wider = widen(inventory, by_key)
+            wider = widen(inventory, mine)
             if len(wider) != len(inventory.members):
                 if not inventory.exists:  # created with the claim alone, so a racing entry loses
-                    inventory = store.claim(inventory)
+                    inventory = run.inventory = store.claim(inventory)
                 store.write(wider)  # widen before applying (docs/safety.md rule 10)
+                run.members = {m.key: m for m in wider}
         apply_opts = apply_stage.ApplyOptions(
             field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
         )
@@ -287,179 +434,58 @@ class ClusterReconciler:
         def body_for(change: Change) -> Manifest | None:
             return request_body(change, by_key[change.key])
 
-        result.results.extend(
-            apply_stage.apply_changes(self.client, the_plan.changes, apply_opts, replan, body_for)
-        )
+        applied = apply_stage.apply_changes(self.client, the_plan.changes, apply_opts, replan, body_for)
+        result.results.extend(applied)
+        for r in applied:
+            if r.key in taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):
+                shared.release(taken[r.key], r.key)
+        live = shared.live
+        assert live is not None
+        # What another app declares is never this app's to delete, declared here or not.
+        others = {k for k, decl in shared.declared.items() if any(r is not run for r, _ in decl)}
+        prune_options = self.prune_options(store.id, dry_run, run.app)
         decision = prune_stage.decide(
             inventory,
-            set(by_key),
+            set(by_key) | others,
             live.objects,
             live.complete,
-            self.prune_options(store.id, dry_run),
-            render_empty=desired_set.empty,
+            prune_options,
+            render_empty=run.desired_set.empty,
         )
         if decision.refusal:
             refusal = decision.refusal
             if live.errors:
                 refusal = replace(refusal, message=f"{refusal.message} [{'; '.join(live.errors)}]")
             result.prune_refusal = refusal
-        result.results.extend(
-            prune_stage.execute(self.client, decision, self.prune_options(store.id, dry_run))
-        )
+        result.results.extend(prune_stage.execute(self.client, decision, prune_options))
         if not dry_run:
-            self._narrow(store, inventory, by_key, live, result.results, decision.gone)
+            members = narrowed(run.members, mine, live, result.results, decision.gone)
+            if members != run.members:
+                store.write(members.values())
+            run.members = members
 
-    def _memo_reset(self, options: PlanOptions) -> None:
-        token = (
-            options.field_manager,
-            options.rules,
-            options.adopt,
-            options.membership_label,
-            id(options.schema),
-            self._schema_generation,
-        )
-        if token != self._memo_token:
-            self._noop_memo.clear()
-            self._memo_token = token
-
-    def _verdicts(
-        self,
-        revision: str,
-        desired: list[DesiredObject],
-        known: Mapping[ObjectKey, Manifest | None],
-        options: PlanOptions,
-    ) -> list[_Verdict]:
-        """One verdict per desired object; reads the memo only (it may run on a listing thread)."""
-        memo = self._noop_memo
-        out: list[_Verdict] = []
-        todo: list[DesiredObject] = []
-        for obj in desired:
-            live = known.get(obj.key)
-            hit = memo.get(obj.key)
-            if (
-                hit is not None
-                and live is not None
-                and hit[1][0]
-                and hit[1] == _version(live)
-                and _same(hit[0], obj)
-            ):
-                out.append(_Verdict(obj, hit[2], hit[1], fresh=False))
-            else:
-                todo.append(obj)
-        planned = plan(self.cluster.name, revision, todo, known, options).changes
-        for obj, change in zip(todo, planned, strict=True):
-            live = known.get(obj.key)
-            out.append(_Verdict(obj, _slim(change), _version(live) if live is not None else None))
-        return out
-
-    def _remember(self, revision: str, desired: list[DesiredObject], verdicts: list[_Verdict]) -> Plan:
-        """Record fresh NOOP verdicts, forget objects that left Git; the plan in ``desired`` order."""
-        memo = self._noop_memo
-        by_key = {v.obj.key: v for v in verdicts}
-        for v in verdicts:
-            if not v.fresh:
-                continue
-            if v.change.action is Action.NOOP and v.version is not None:
-                memo[v.obj.key] = (v.obj, v.version, v.change)
-            else:
-                memo.pop(v.obj.key, None)
-        if len(memo) > len(desired):  # objects that left Git
-            wanted = {o.key for o in desired}
-            for key in [k for k in memo if k not in wanted]:
-                del memo[key]
-        changes = tuple(by_key[o.key].change for o in desired)
-        return Plan(cluster=self.cluster.name, revision=revision, changes=changes)
-
-    def desired(self, desired_set: DesiredSet, inventory_id: str) -> list[DesiredObject]:
-        """The rendered objects prepared for this cluster, with the OpenAPI schema they need loaded."""
-        desired = self.prepare(desired_set, inventory_id)
-        self.load_schema(desired)
-        return desired
-
-    def plan_options(self, inventory_id: str, *, detail: bool = True) -> PlanOptions:
-        """How this cluster's objects are planned: by the pass, diff reports and takeover alike.
-
-        ``detail=False`` (the pass): no report operations or path sets it would throw away.
-        """
-        return PlanOptions(
-            detail=detail,
-            field_manager=self.field_manager,
-            rules=self.config.conflict_rules,
-            schema=self.schema,
-            adopt=self.cluster.settings.adopt,
-            membership_label=(PART_OF, inventory_id),
-        )
-
-    def prune_options(self, inventory_id: str, dry_run: bool) -> prune_stage.PruneOptions:
-        s = self.cluster.settings
-        return prune_stage.PruneOptions(
-            field_manager=self.field_manager,
-            inventory_id=inventory_id,
-            enabled=s.prune,
-            allow_empty=s.allow_empty,
-            max_prune_fraction=s.max_prune_fraction,
-            brake_min_inventory=s.brake_min_inventory,
-            max_prune=s.max_prune,
-            propagation=s.propagation_policy,
-            dry_run=dry_run,
-        )
-
-    def _narrow(
-        self,
-        store: InventoryStore,
-        inventory: Inventory,
-        desired: dict[ObjectKey, DesiredObject],
-        live: LiveState,
-        results: list[ApplyResult],
-        released: set[ObjectKey],
+    def _settle(
+        self, runs: Mapping[str, AppRun], old: Mapping[str, tuple[str, Inventory]], shared: Shared
     ) -> None:
-        """Members after this pass: desired plus what could not be removed; UIDs recorded.
-
-        ``released``: what the prune decision found gone or taken out of the set by hand
-        (membership label removed); neither is ours to track any more.
-        """
-        done = {r.key for r in results if r.outcome in (Outcome.PRUNED, Outcome.ORPHANED)}
-        gone = released | {
-            k
-            for k in inventory.members
-            if k not in desired and not live.found(k) and live.complete.get((k.group, k.kind))
-        }
-        keep = [m for k, m in inventory.members.items() if k not in done and k not in gone]
-        members = {m.key: m for m in keep}
-        for k in desired:
-            members.setdefault(k, Member(k))
-        uids = dict(live.uids)
-        uids.update(
-            {r.key: r.uid for r in results if r.uid and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
-        )
-        new = {m.key: m for m in record_uids(members.values(), uids)}
-        if new != inventory.members:
-            store.write(new.values())
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    """One object's change, the live version it was planned against, and whether it was planned now."""
-
-    obj: DesiredObject
-    change: Change
-    version: tuple[str, str] | None
-    fresh: bool = True
-
-
-def _slim(change: Change) -> Change:
-    """The change as the pass keeps it until apply, which reads neither the report's operations
-    (a JSON patch carrying a copy of every value sent) nor the path sets (declared, changed): they
-    were most of what a plan held. Reports plan again with ``plan.plan`` and keep everything."""
-    if change.operations or change.declared or change.changed:
-        return replace(change, operations=(), declared=frozenset(), changed=frozenset())
-    return change
-
-
-def _same(a: DesiredObject, b: DesiredObject) -> bool:
-    return a is b or (a.provenance == b.provenance and a.manifest == b.manifest)
-
-
-def _version(live: Manifest) -> tuple[str, str]:
-    meta = live.get("metadata") or {}
-    return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+        """Drop from each giving app's inventory what another app took over in this pass (handover,
+        rename) — only now, after the taker recorded and applied it (invariant 10) — and delete a
+        renamed app's parent once nothing is left in it."""
+        released = shared.released
+        for run in runs.values():
+            gone = released.get(run.store.name, set()) if run.store else set()
+            if not gone or run.store is None or run.inventory is None or run.refused:
+                continue
+            left = {k: m for k, m in run.members.items() if k not in gone}
+            if left != run.members:
+                run.store.write(left.values())
+                run.members = left
+        for name, (successor, inv) in old.items():
+            if not runs[successor].known:
+                continue
+            left = {k: m for k, m in inv.members.items() if k not in released.get(name, set())}
+            store = self.store_for(name)
+            if not left:
+                store.delete(inv)
+                log.info("renamed app's parent deleted: every member moved", parent=name, app=successor)
+            elif left != inv.members:
+                store.write(left.values())

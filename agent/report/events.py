@@ -1,8 +1,9 @@
-"""Kubernetes Events on a cluster's ApplySet parent for objects that failed or were pruned.
+"""Kubernetes Events on an app's ApplySet parent for objects that failed or were pruned.
 
-Called by ``scheduler.Fleet`` after each (non-dry-run) pass, with that
-cluster's own client: ``kubectl describe configmap <agent> -n <namespace>``
-then shows what the agent could not apply and what it deleted. Best effort:
+Called by ``fleet.Fleet`` after each (non-dry-run) pass, once per app, with that
+cluster's own client: ``kubectl describe configmap <parent> -n <namespace>``
+(the agent's name for a cluster entry's own app, ``<agent>.<app>`` for the others)
+then shows what the agent could not apply and what it deleted; each message names the app. Best effort:
 an Event that cannot be written is logged, never a reason to fail the pass.
 
 One Event per (object, reason, revision): a repeat in a later pass of the
@@ -117,6 +118,7 @@ def _write(
     instance: str,
 ) -> int:
     digest = hashlib.sha256(f"{subject}|{reason}|{result.revision}".encode()).hexdigest()[:16]
+    app = f" app {result.app}" if result.app else ""
     name = f"{ref['name']}.{digest}"
     now = _stamp(datetime.now(UTC))
     base = f"/api/v1/namespaces/{namespace}/events"
@@ -127,7 +129,7 @@ def _write(
         "involvedObject": ref,
         "type": severity,
         "reason": reason,
-        "message": f"revision {result.revision[:12]}: {message}",
+        "message": f"revision {result.revision[:12]}{app}: {message}",
         "source": {"component": component},
         "reportingComponent": component,
         "reportingInstance": instance or component,

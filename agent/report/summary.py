@@ -1,4 +1,4 @@
-"""The per-cluster table that ``run --once`` and ``demo`` print."""
+"""The per-(cluster, app) table that ``run --once`` and ``demo`` print."""
 
 from __future__ import annotations
 
@@ -14,19 +14,27 @@ def _status(r: ClusterResult) -> str:
         return f"failed: {first}"
     if not r.ok:
         return "failed: objects failed"
+    if r.waiting_on:
+        return f"waiting on {', '.join(r.waiting_on)}"
     if r.prune_refusal is not None:
         return f"ok (prune refused: {r.prune_refusal.message})"
     return "ok"
 
 
 def format_summary(results: list[ClusterResult]) -> str:
-    """The per-cluster table `run --once` and `demo` print."""
-    rows = [("CLUSTER", "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", "STATUS")]
+    """One row per (cluster, app), then each failed object and each object two apps declare.
+
+    The APP column is there when an app is not a cluster entry's own (named after the entry):
+    a config without `[[apps]]` prints the table it printed before apps.
+    """
+    apps = any(r.app and r.app != r.cluster for r in results)
+    head = ("CLUSTER", "APP") if apps else ("CLUSTER",)
+    rows = [(*head, "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", "STATUS")]
     for r in results:
         status = _status(r)
         rows.append(
             (
-                r.cluster,
+                *((r.cluster, r.app or r.cluster) if apps else (r.cluster,)),
                 r.revision[:12],
                 str(r.applied),
                 str(r.count(Outcome.UNCHANGED)),
@@ -40,7 +48,10 @@ def format_summary(results: list[ClusterResult]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in rows
     ]
     for r in results:
+        where = f"{r.cluster}/{r.app}" if r.app and r.app != r.cluster else r.cluster
         for res in r.results:
             if res.outcome is Outcome.FAILED:
-                lines.append(f"  {r.cluster}: {res.key}: HTTP {res.status}: {res.message}")
+                lines.append(f"  {where}: {res.key}: HTTP {res.status}: {res.message}")
+        for c in r.conflicts:
+            lines.append(f"  {where}: conflict: {c}")
     return "\n".join(lines)

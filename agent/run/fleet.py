@@ -2,7 +2,10 @@
 
 ``Fleet`` owns one ``ClusterReconciler`` (so one client, connection pool and
 timeouts) per cluster and runs each pass on a thread of its own under the
-cluster's wall-clock ``pass_deadline``. A pass still running then is reported
+cluster's wall-clock ``pass_deadline``. A pass covers the cluster's apps that
+are due (``due_apps``: a new revision of their source, their interval elapsed,
+their backoff over, a dependency waited for) and yields one result per app;
+status, metrics and events are kept per (cluster, app) (``status``). A pass still running then is reported
 as timed out and *abandoned*: its client is fenced (no further writes), the
 next pass gets a fresh client, and while the abandoned one still hangs the
 cluster reports "still stuck" instead of starting more threads (docs/safety.md rule 6).
@@ -19,24 +22,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import structlog
 
-from agent.config.types import AGENT_DEFAULTS, ClusterConfig, Config
+from agent.config.types import AGENT_DEFAULTS, SCHEDULE_JITTER, ClusterConfig, Config
 from agent.errors import AgentError
 from agent.kube.client import KubeClient
 from agent.model import ClusterResult, Failure, FailureReason, Outcome, PassState, Revision
+from agent.reconcile.apps import Revisions, cluster_apps, combined, revisions_of
 from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import RenderCache
 from agent.report import events
 from agent.run.lease import FencedClient
 from agent.run.server import Metrics
+from agent.run.status import AppStatus, ClusterStatus
+
+__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "AppStatus", "ClusterStatus", "Fleet", "backoff_delay"]
 
 log = structlog.get_logger("gitops_agent.fleet")
 
@@ -47,48 +52,6 @@ BACKOFF_CAP = AGENT_DEFAULTS.backoff_cap
 def backoff_delay(failures: int, *, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
     """Exponential backoff after ``failures`` consecutive failures (0 → no delay)."""
     return 0.0 if failures <= 0 else min(cap, base * 2 ** (failures - 1))
-
-
-def _iso(t: datetime | None) -> str | None:
-    return t.isoformat() if t else None
-
-
-@dataclass
-class ClusterStatus:
-    """What `/status` and `gitops-agent status` show for one cluster."""
-
-    name: str
-    state: PassState = PassState.PENDING
-    last_result: ClusterResult | None = None
-    last_success_revision: str = ""
-    last_success_at: datetime | None = None
-    failures: int = 0
-    next_run: datetime | None = None
-    holder: str = ""
-    #: Scheduling decisions, newest last: (when decided, delay in seconds, why).
-    schedule: deque[tuple[datetime, float, str]] = field(default_factory=lambda: deque(maxlen=50))
-
-    def to_json(self) -> dict[str, Any]:
-        r = self.last_result
-        return {
-            "cluster": self.name,
-            "state": self.state,
-            "revision": r.revision if r else "",
-            "result": ("ok" if r.ok else "failed") if r else "pending",
-            "error": r.error if r else None,
-            "prune_refused": r.prune_refused if r else None,
-            "refused": r.refused.value if r and r.refused else None,
-            "applied": r.applied if r else 0,
-            "pruned": r.count(Outcome.PRUNED) if r else 0,
-            "failed_objects": r.failed if r else 0,
-            "last_run_at": _iso(r.finished) if r else None,
-            "last_success_revision": self.last_success_revision,
-            "last_success_at": _iso(self.last_success_at),
-            "consecutive_failures": self.failures,
-            "next_run": _iso(self.next_run),
-            "holder": self.holder,
-            "schedule": [(_iso(t), round(d, 3), why) for t, d, why in list(self.schedule)[-10:]],
-        }
 
 
 @dataclass
@@ -128,7 +91,18 @@ class Fleet:
         self._closing = threading.Event()
 
     def _slot(self, c: ClusterConfig) -> _Slot:
-        return _Slot(c, self._reconciler(c), ClusterStatus(c.name))
+        slot = _Slot(c, self._reconciler(c), ClusterStatus(c.name))
+        self._sync_apps(slot)
+        return slot
+
+    def _sync_apps(self, slot: _Slot) -> None:
+        """The slot's app statuses follow the config: new apps added, removed apps forgotten."""
+        apps = [a.name for a in cluster_apps(self.config, slot.cluster)]
+        st = slot.status
+        for gone in [n for n in st.apps if n not in apps]:
+            del st.apps[gone]
+            self.metrics.remove_app(slot.cluster.name, gone)
+        st.apps = {n: st.apps.get(n) or AppStatus(slot.cluster.name, n) for n in apps}
 
     def _reconciler(self, c: ClusterConfig) -> ClusterReconciler:
         return self._factory(
@@ -196,53 +170,86 @@ class Fleet:
 
     # -- one pass -------------------------------------------------------------
 
-    def run_pass(self, name: str, revision: Revision, *, dry_run: bool = False) -> ClusterResult:
-        """One pass of one cluster under its deadline; never raises, never outlives the deadline."""
+    def run_pass(self, name: str, revision: Revision | Revisions, *, dry_run: bool = False) -> ClusterResult:
+        """Every app of one cluster in one pass, their results combined (one app: its own result)."""
+        return combined(name, self.run_apps(name, revision, dry_run=dry_run))
+
+    def run_apps(
+        self,
+        name: str,
+        revision: Revision | Revisions,
+        *,
+        dry_run: bool = False,
+        apps: Iterable[str] | None = None,
+    ) -> list[ClusterResult]:
+        """One pass of one cluster (``apps``, or all) under its deadline; one result per app that
+        ran. Never raises, never outlives the deadline."""
         slot = self._slots[name]
+        revisions = revisions_of(self.config, revision)
         deadline = slot.cluster.settings.pass_deadline
+        wanted = list(slot.status.apps) if apps is None else [a for a in apps if a in slot.status.apps]
         if slot.stuck is not None and slot.stuck.is_alive():
-            result = ClusterResult(
-                name,
-                revision.sha,
-                failure=Failure(
-                    FailureReason.TIMEOUT,
-                    f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
-                    "for the cluster; no new pass until it returns",
-                    PassState.TIMED_OUT,
-                ),
+            stuck = Failure(
+                FailureReason.TIMEOUT,
+                f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
+                "for the cluster; no new pass until it returns",
+                PassState.TIMED_OUT,
             )
-            self.record(result)
-            return result
+            return self._record_all(slot, self._failed(slot, wanted, revisions, stuck))
         reconciler = slot.reconciler
-        box: dict[str, ClusterResult] = {}
+        box: dict[str, list[ClusterResult]] = {}
+        short = ", ".join(sorted({r.short for r in revisions.values()}))
 
         def work() -> None:
-            with structlog.contextvars.bound_contextvars(cluster=name, revision=revision.short):
-                r = self._reconcile(reconciler, name, revision, dry_run)
+            with structlog.contextvars.bound_contextvars(cluster=name, revision=short):
+                r = self._reconcile(reconciler, name, revisions, dry_run, wanted)
             with slot.lock:
-                box["result"] = r
+                box["results"] = r
                 retired = slot.reconciler is not reconciler
             if retired:  # replaced (abandoned, reloaded) while it ran: nobody else will close it
                 reconciler.close()
 
         t = threading.Thread(target=work, name=f"pass-{name}", daemon=True)
-        log.info("pass started", cluster=name, revision=revision.short, deadline=deadline)
+        log.info("pass started", cluster=name, apps=wanted, revision=short, deadline=deadline)
         slot.running = t
         slot.status.state = PassState.RUNNING
+        started = time.monotonic()
+        for app in wanted:
+            st = slot.status.app(app)
+            st.last_run = started
         t.start()
-        end = time.monotonic() + deadline
+        end = started + deadline
         while t.is_alive() and time.monotonic() < end and not self._closing.is_set():
             t.join(min(0.2, max(0.0, end - time.monotonic())))
         with slot.lock:
-            done = box.get("result")
+            done = box.get("results")
             if done is None:
                 why = "agent shutting down" if self._closing.is_set() else f"deadline {deadline:g}s"
                 self._abandon(slot, reconciler, f"pass abandoned ({why})")
                 slot.stuck = t
             slot.running = None
-        result = done or ClusterResult(name, revision.sha, failure=self._abandoned(deadline))
-        self.record(result)
-        return result
+        if done is None:
+            done = self._failed(slot, wanted, revisions, self._abandoned(deadline))
+        for r in done:  # dependencies the pass ran first count as run now too
+            if r.app in slot.status.apps and r.app not in wanted:
+                slot.status.app(r.app).last_run = started
+        return self._record_all(slot, done)
+
+    def _failed(
+        self, slot: _Slot, apps: list[str], revisions: Revisions, failure: Failure
+    ) -> list[ClusterResult]:
+        by_app = {a.name: a for a in cluster_apps(self.config, slot.cluster)}
+        out = []
+        for app in apps:
+            rev = revisions.get(by_app[app].source) if app in by_app else None
+            out.append(ClusterResult(slot.cluster.name, rev.sha if rev else "", failure=failure, app=app))
+        return out
+
+    def _record_all(self, slot: _Slot, results: list[ClusterResult]) -> list[ClusterResult]:
+        for r in results:
+            self.record(r)
+        slot.status.settle_state()  # also when no app ran: the cluster is no longer running
+        return results
 
     def _abandoned(self, deadline: float) -> Failure:
         """Why a pass was left behind: its deadline (state ``timed-out``), or the agent stopping."""
@@ -260,54 +267,65 @@ class Fleet:
             slot.reconciler = self._reconciler(slot.cluster)
 
     def _reconcile(
-        self, reconciler: ClusterReconciler, name: str, revision: Revision, dry_run: bool
-    ) -> ClusterResult:
+        self,
+        reconciler: ClusterReconciler,
+        name: str,
+        revisions: Revisions,
+        dry_run: bool,
+        apps: list[str],
+    ) -> list[ClusterResult]:
         try:
-            result = reconciler.reconcile(revision, dry_run=dry_run)
+            results = reconciler.reconcile_apps(revisions, dry_run=dry_run, apps=apps)
         except Exception as e:  # a bug in one cluster's pass must not take down the fleet
             log.exception("reconcile crashed", cluster=name)
             internal = Failure(FailureReason.INTERNAL, f"internal error: {type(e).__name__}: {e}")
-            result = ClusterResult(name, revision.sha, failure=internal)
-        if self.emit_events and not dry_run and events.reportable(result):
-            try:
-                events.emit(
-                    reconciler.client,
-                    result,
-                    parent_name=self.config.agent.name,
-                    namespace=self.config.agent.namespace,
-                    component=self.config.agent.name,
-                )
-            except Exception as e:  # events are best effort
-                log.warning("events not written", cluster=name, error=str(e))
-        return result
+            slot = self._slots.get(name)
+            results = self._failed(slot, apps, revisions, internal) if slot else []
+        for result in results:
+            if self.emit_events and not dry_run and events.reportable(result):
+                try:
+                    events.emit(
+                        reconciler.client,
+                        result,
+                        parent_name=reconciler.parent_of(result.app or name),
+                        namespace=self.config.agent.namespace,
+                        component=self.config.agent.name,
+                    )
+                except Exception as e:  # events are best effort
+                    log.warning("events not written", cluster=name, app=result.app, error=str(e))
+        return results
 
     def record(self, result: ClusterResult) -> None:
+        """One app's result into its status, metrics and log."""
         slot = self._slots.get(result.cluster)
         if slot is None:  # removed by a config reload while it ran
             return
-        st = slot.status
+        app = result.app or result.cluster
+        if app not in slot.status.apps:  # removed by a config reload while it ran
+            return
+        st = slot.status.app(app)
         st.last_result = result
         st.state = result.state
         suspended = st.state is PassState.SUSPENDED
+        if st.state is not PassState.WAITING:  # a dependency's wait is no pass of this app
+            st.last_revision = result.revision
         if result.ok:
             st.failures = 0
-            if not suspended:
+            if st.state is PassState.OK:
                 st.last_success_revision = result.revision
                 st.last_success_at = result.finished or datetime.now(UTC)
         else:
             st.failures += 1
         self.metrics.record(result)
-        self.metrics.cluster_state(
-            result.cluster,
-            failures=st.failures,
-            next_run=st.next_run.timestamp() if st.next_run else None,
-            suspended=suspended,
-        )
+        self.metrics.app_state(result.cluster, app, failures=st.failures, suspended=suspended)
+        nxt = slot.status.next_run
+        self.metrics.next_run_at(result.cluster, nxt.timestamp() if nxt else None)
         for r in events.reportable(result):  # one line per failed/pruned object, Secret-safe
             log.log(
                 30 if r.outcome is Outcome.FAILED else 20,
                 "object " + r.outcome.value,
                 cluster=result.cluster,
+                app=app,
                 revision=result.revision[:12],
                 object=str(r.key),
                 detail=events.message_for(r),
@@ -315,6 +333,7 @@ class Fleet:
         log.info(
             "pass finished",
             cluster=result.cluster,
+            app=app,
             revision=result.revision[:12],
             state=st.state,
             applied=result.applied,
@@ -322,21 +341,64 @@ class Fleet:
             pruned=result.count(Outcome.PRUNED),
             failed=result.failed,
             error=(result.error or "").splitlines()[0] if result.error else None,
+            waiting_on=list(result.waiting_on) or None,
+            conflicts=len(result.conflicts) or None,
         )
+        slot.status.settle_state()
 
-    def reconcile_one(self, name: str, revision: Revision, *, dry_run: bool = False) -> ClusterResult:
+    def due_apps(
+        self,
+        name: str,
+        revision: Revision | Revisions,
+        *,
+        base: float = BACKOFF_BASE,
+        cap: float = BACKOFF_CAP,
+        jitter: float = SCHEDULE_JITTER,
+        now: float | None = None,
+    ) -> list[str]:
+        """The apps of ``name`` a scheduled pass runs now: never run, a new revision of their
+        source, waiting on a dependency, their backoff over after failures, or (healthy) their
+        ``reconcile_interval`` elapsed. The cluster's job runs at the soonest of these; a
+        jittered run may come a little early, so an interval counts as elapsed within its jitter."""
+        slot = self._slots[name]
+        revisions = revisions_of(self.config, revision)
+        now = time.monotonic() if now is None else now
+        out = []
+        for app in cluster_apps(self.config, slot.cluster):
+            st = slot.status.app(app.name)
+            rev = revisions.get(app.source)
+            if (
+                st.last_run is None
+                or st.state is PassState.WAITING
+                or (rev is not None and rev.sha != st.last_revision)
+            ):
+                out.append(app.name)
+            else:
+                elapsed = now - st.last_run
+                if st.failures:
+                    wait = backoff_delay(st.failures, base=base, cap=cap)
+                else:
+                    interval = app.settings.reconcile_interval
+                    wait = interval - interval * jitter - 1.0
+                if elapsed >= wait:
+                    out.append(app.name)
+        return out
+
+    def reconcile_one(
+        self, name: str, revision: Revision | Revisions, *, dry_run: bool = False
+    ) -> ClusterResult:
         return self.run_pass(name, revision, dry_run=dry_run)
 
     def reconcile_all(
-        self, revision: Revision, *, dry_run: bool = False, only: Iterable[str] | None = None
+        self, revision: Revision | Revisions, *, dry_run: bool = False, only: Iterable[str] | None = None
     ) -> list[ClusterResult]:
-        """Every cluster at once, each under its own deadline."""
+        """Every cluster at once, each under its own deadline: one result per (cluster, app)."""
         wanted = set(only) if only is not None else None
         names = [n for n in self._slots if wanted is None or n in wanted]
-        results: dict[str, ClusterResult] = {}
+        results: dict[str, list[ClusterResult]] = {}
         threads = [
             threading.Thread(
-                target=lambda n=n: results.__setitem__(n, self.run_pass(n, revision, dry_run=dry_run)),
+                target=lambda n=n: results.__setitem__(n, self.run_apps(n, revision, dry_run=dry_run)),
                 name=f"fleet-{n}",
                 daemon=True,
             )
@@ -346,7 +408,7 @@ class Fleet:
             t.start()
         for t in threads:
             t.join()
-        return [results[n] for n in names]
+        return [r for n in names for r in results[n]]
 
     # -- config reload and shutdown ---------------------------------------------
 
@@ -354,7 +416,7 @@ class Fleet:
         """Take a new config: (added, removed, changed). Removing a cluster only stops serving it."""
         old = self._slots
         new_names = {c.name for c in config.clusters}
-        self.config = config
+        previous_config, self.config = self.config, config
         added: list[str] = []
         removed: list[str] = []
         changed: list[str] = []
@@ -372,14 +434,16 @@ class Fleet:
             if current is None:
                 self._slots[c.name] = self._slot(c)
                 added.append(c.name)
-            elif current.cluster != c:
-                self.identities.forget(c.name)  # it may reach another cluster now
+            elif current.cluster != c or previous_config.apps_of(c.name) != config.apps_of(c.name):
+                if current.cluster != c:
+                    self.identities.forget(c.name)  # it may reach another cluster now
                 with current.lock:
                     previous = current.reconciler
                     current.cluster = c
                     current.reconciler = self._reconciler(c)
                     if current.running is None:
                         previous.close()
+                self._sync_apps(current)
                 changed.append(c.name)
         return added, removed, changed
 

@@ -5,8 +5,10 @@
 new revision triggers the clusters with an app on that source; one reconcile job per
 cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
 cluster never holds a worker another cluster needs), triggered by a new
-revision, by ``sync`` and by the drift interval (coalescing, jitter), with
-exponential per-cluster backoff after failures (reset on success); a tick job
+revision, by ``sync`` and by the drift interval (its apps' shortest; coalescing,
+jitter), with exponential per-app backoff after failures (reset on success).
+A triggered pass runs the cluster's apps that are due (``Fleet.due_apps``); a
+``sync``, a config reload or a Lease acquired runs all of them. A tick job
 whose silence is the only thing ``/healthz`` reports (docs/safety.md rule 7); config
 reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM.
 Called by ``gitops-agent run`` (``cli``) and the tests.
@@ -119,6 +121,8 @@ class Daemon:
         self._lock = threading.Lock()
         self._in_job: set[str] = set()
         self._queued: dict[str, tuple[datetime, str]] = {}
+        #: Clusters whose next pass runs every app, not only the due ones (sync, reload, Lease).
+        self._forced: set[str] = set()
         self._config_stamp = self._stamp()
         settings = self.opts.leases or lease_settings(config)
         self.leases: LeaseManager | None = None
@@ -201,11 +205,11 @@ class Daemon:
     def status_json(self) -> dict[str, Any]:
         clusters = []
         for name, st in self.fleet.status.items():
-            d = st.to_json()
-            if self.leases:
-                d["lease_held"] = self.leases.holds(name)
-                d["holder"] = self.leases.holder(name)
-            clusters.append(d)
+            for d in st.rows():  # one row per (cluster, app)
+                if self.leases:
+                    d["lease_held"] = self.leases.holds(name)
+                    d["holder"] = self.leases.holder(name)
+                clusters.append(d)
         return {
             "agent": self.config.agent.name,
             "replica": self.leases.s.identity if self.leases else None,
@@ -227,6 +231,8 @@ class Daemon:
         if self.leases and not self.leases.holds(name):
             holder = self.leases.holder(name) or "none"
             return 409, {"error": f"this replica does not hold {name!r}; holder: {holder}", "holder": holder}
+        with self._lock:
+            self._forced.add(name)
         when = self._schedule(name, datetime.now(UTC), "sync requested")
         return 202, {
             "cluster": name,
@@ -259,7 +265,7 @@ class Daemon:
     def _add_cluster_job(self, c: ClusterConfig) -> None:
         alias = f"cluster:{c.name}"
         self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
-        interval = c.settings.reconcile_interval
+        interval = self._interval(c)
         self.scheduler.add_job(
             self.reconcile,
             "interval",
@@ -283,6 +289,12 @@ class Daemon:
             args=[name],
             executor=alias,
             next_run_time=datetime.now(UTC),
+        )
+
+    def _interval(self, c: ClusterConfig) -> float:
+        """A cluster's job runs at its apps' shortest interval; each pass runs the apps due."""
+        return min((a.settings.reconcile_interval for a in self.config.apps_of(c.name)), default=None) or (
+            c.settings.reconcile_interval
         )
 
     def _remove_cluster_job(self, name: str) -> None:
@@ -352,17 +364,30 @@ class Daemon:
             return
         with self._lock:
             self._in_job.add(name)
-        result = self.fleet.run_pass(name, rev)
+            forced = name in self._forced
+            self._forced.discard(name)
+        opts = self.opts
+        due = None if forced else self.fleet.due_apps(name, rev, base=opts.backoff_base, cap=opts.backoff_cap)
+        if due is not None and not due:
+            return  # woken for an app that is not due after all (its interval or backoff not over)
+        results = self.fleet.run_apps(name, rev, apps=due)
         if self.stopping:
             return
         now = datetime.now(UTC)
-        if not result.ok:
-            delay = backoff_delay(st.failures, base=self.opts.backoff_base, cap=self.opts.backoff_cap)
-            delay *= 1 + random.uniform(0, self.opts.jitter)
+        failed = [r for r in results if not r.ok]
+        if failed:
+            # Per app: the soonest retry of a failed app; the others wait for their own turn.
+            failures = min(st.app(r.app).failures for r in failed)
+            delay = backoff_delay(failures, base=opts.backoff_base, cap=opts.backoff_cap)
+            delay *= 1 + random.uniform(0, opts.jitter)
             log.warning(
-                "cluster failed; backing off", cluster=name, error=result.error, retry_in=round(delay, 2)
+                "cluster failed; backing off",
+                cluster=name,
+                apps=[r.app for r in failed],
+                error=failed[0].error,
+                retry_in=round(delay, 2),
             )
-            self._schedule(name, now + timedelta(seconds=delay), f"backoff after {st.failures} failure(s)")
+            self._schedule(name, now + timedelta(seconds=delay), f"backoff after {failures} failure(s)")
         elif self.revision is not None and self.revision.sha != rev.sha:
             self._schedule(name, now, "new revision arrived during the pass")
 
@@ -384,9 +409,7 @@ class Daemon:
         job.modify(next_run_time=when)
         st.next_run = when
         st.schedule.append((datetime.now(UTC), (when - datetime.now(UTC)).total_seconds(), why))
-        self.metrics.cluster_state(
-            name, failures=st.failures, next_run=when.timestamp(), suspended=st.state is PassState.SUSPENDED
-        )
+        self.metrics.next_run_at(name, when.timestamp())
         return when
 
     def _job_done(self, event: JobExecutionEvent) -> None:
@@ -414,6 +437,8 @@ class Daemon:
             st.holder = self.leases.holder(name) if self.leases else ""
             st.state = st.state if held else PassState.STANDBY
         if held and self.revision is not None and not self.stopping:
+            with self._lock:
+                self._forced.add(name)
             self._schedule(name, datetime.now(UTC), "lease acquired")
 
     # -- config reload ------------------------------------------------------------
@@ -460,7 +485,7 @@ class Daemon:
             if c.name in added:
                 self._add_cluster_job(c)
             elif c.name in changed:
-                interval = c.settings.reconcile_interval
+                interval = self._interval(c)
                 self.scheduler.reschedule_job(
                     f"cluster:{c.name}",
                     trigger="interval",
@@ -474,6 +499,8 @@ class Daemon:
             # refusal, and they should not wait out their backoff to find out.
             refused = [n for n, st in self.fleet.status.items() if st.state is PassState.REFUSED]
             for name in dict.fromkeys(added + changed + refused):
+                with self._lock:
+                    self._forced.add(name)
                 self._schedule(name, datetime.now(UTC), "config reloaded")
         self.config_error = None
         self.metrics.reloads.labels("ok").inc()

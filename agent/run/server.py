@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from agent.config.types import AGENT_DEFAULTS
-from agent.model import ClusterResult, Note, Outcome
+from agent.model import ClusterResult, Note, Outcome, PassState
 
 STUCK_AFTER = AGENT_DEFAULTS.stuck_after  # seconds without a scheduler tick before /healthz fails
 
@@ -42,18 +42,27 @@ def classify(result: ClusterResult) -> str:
     return reason.value if reason is not None else ""
 
 
+def pass_result(result: ClusterResult) -> str:
+    """The ``result`` label of a pass: ``success``, ``failure``, or ``waiting`` (on a dependency)."""
+    if not result.ok:
+        return "failure"
+    return "waiting" if result.state is PassState.WAITING else "success"
+
+
 def conflicting(result: ClusterResult) -> int:
     """Objects left unchanged because every differing field was yielded to its owner."""
     return sum(1 for r in result.results if r.note is Note.YIELDED)
 
 
 class Metrics:
-    """Per-cluster and per-source series, in a registry of their own (tests make many agents)."""
+    """Per-app series (``cluster``, ``app``; a cluster entry's own app is named after it),
+    per-cluster ones (schedule, lease) and per-source ones (``source``), in a registry of their
+    own (tests create many agents in one process)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        c = ["cluster"]
+        c = ["cluster", "app"]
         self.duration = Histogram(
             "gitops_agent_reconcile_duration_seconds",
             "Duration of one reconcile pass.",
@@ -62,7 +71,10 @@ class Metrics:
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
         )
         self.results = Counter(
-            "gitops_agent_reconcile_total", "Reconcile passes by result.", [*c, "result"], registry=r
+            "gitops_agent_reconcile_total",
+            "Reconcile passes by result (success, failure, waiting).",
+            [*c, "result"],
+            registry=r,
         )
         self.errors = Counter(
             "gitops_agent_reconcile_errors_total",
@@ -99,17 +111,17 @@ class Metrics:
         )
         self.next_run = Gauge(
             "gitops_agent_cluster_next_run_timestamp_seconds",
-            "Unix time of the next scheduled pass.",
-            c,
+            "Unix time of the cluster's next scheduled pass.",
+            ["cluster"],
             registry=r,
         )
         self.suspended = Gauge(
-            "gitops_agent_cluster_suspended", "1 while the cluster is suspended.", c, registry=r
+            "gitops_agent_cluster_suspended", "1 while the app is suspended.", c, registry=r
         )
         self.lease_held = Gauge(
             "gitops_agent_lease_held",
             "1 while this replica holds the cluster's Lease (writes).",
-            c,
+            ["cluster"],
             registry=r,
         )
         s = ["source"]
@@ -133,38 +145,66 @@ class Metrics:
         self.reloads = Counter(
             "gitops_agent_config_reloads_total", "Config reloads by result.", ["result"], registry=r
         )
-        self._revisions: dict[str, str] = {}
+        self._revisions: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def record(self, result: ClusterResult) -> None:
-        c = result.cluster
+        c = (result.cluster, result.app or result.cluster)
         if result.started and result.finished:
-            self.duration.labels(c).observe((result.finished - result.started).total_seconds())
-        self.results.labels(c, "success" if result.ok else "failure").inc()
+            self.duration.labels(*c).observe((result.finished - result.started).total_seconds())
+        self.results.labels(*c, pass_result(result)).inc()
         if not result.ok:
-            self.errors.labels(c, classify(result)).inc()
+            self.errors.labels(*c, classify(result)).inc()
         counts = {o.value: result.count(o) for o in Outcome}
         counts["conflicting"] = conflicting(result)
         for outcome, n in counts.items():
-            self.objects.labels(c, outcome).set(n)
+            self.objects.labels(*c, outcome).set(n)
             if n:
-                self.objects_total.labels(c, outcome).inc(n)
-        if result.ok:
-            self.last_success.labels(c).set(time.time())
-            with self._lock:  # one revision series per cluster: drop this cluster's previous one
+                self.objects_total.labels(*c, outcome).inc(n)
+        if result.state is PassState.OK:
+            self.last_success.labels(*c).set(time.time())
+            with self._lock:  # one revision series per app: drop this app's previous one
                 old = self._revisions.get(c)
                 if old is not None and old != result.revision:
-                    self.revision.remove(c, old)
+                    self.revision.remove(*c, old)
                 self._revisions[c] = result.revision
-            self.revision.labels(c, result.revision).set(1)
+            self.revision.labels(*c, result.revision).set(1)
 
-    def cluster_state(self, cluster: str, *, failures: int, next_run: float | None, suspended: bool) -> None:
-        self.failures.labels(cluster).set(failures)
-        self.next_run.labels(cluster).set(next_run or 0)
-        self.suspended.labels(cluster).set(1 if suspended else 0)
+    def cluster_state(
+        self,
+        cluster: str,
+        *,
+        failures: int,
+        next_run: float | None,
+        suspended: bool,
+        app: str | None = None,
+    ) -> None:
+        """An app's failures and suspension (``app``: the cluster entry's own app by default) and
+        the cluster's next pass."""
+        self.app_state(cluster, app or cluster, failures=failures, suspended=suspended)
+        self.next_run_at(cluster, next_run)
+
+    def app_state(self, cluster: str, app: str, *, failures: int, suspended: bool) -> None:
+        self.failures.labels(cluster, app).set(failures)
+        self.suspended.labels(cluster, app).set(1 if suspended else 0)
+
+    def next_run_at(self, cluster: str, when: float | None) -> None:
+        self.next_run.labels(cluster).set(when or 0)
+
+    def remove_app(self, cluster: str, app: str) -> None:
+        """Forget an app removed from the config (nothing of it is deleted in the cluster)."""
+        self._remove(lambda labels: labels[:2] == (cluster, app))
+        with self._lock:
+            self._revisions.pop((cluster, app), None)
 
     def remove(self, cluster: str) -> None:
         """Forget a cluster removed from the config: its series disappear from /metrics."""
+        self._remove(lambda labels: labels[0] == cluster)
+        with self._lock:
+            for key in [k for k in self._revisions if k[0] == cluster]:
+                del self._revisions[key]
+
+    def _remove(self, match: Callable[[tuple[str, ...]], bool]) -> None:
         for metric in (
             self.duration,
             self.results,
@@ -180,10 +220,8 @@ class Metrics:
         ):
             # prometheus_client has no "remove by one label"; walk the children it knows.
             for labels in list(metric._metrics):
-                if labels and labels[0] == cluster:
+                if labels and match(tuple(labels)):
                     metric.remove(*labels)
-        with self._lock:
-            self._revisions.pop(cluster, None)
 
     def remove_source(self, source: str) -> None:
         """Forget a source no app uses any more (a config reload): its series disappear."""

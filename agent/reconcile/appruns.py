@@ -1,0 +1,118 @@
+"""What one pass keeps per app and across its apps: ``AppRun`` and ``Shared``.
+
+``ClusterReconciler`` fills them as the pass goes (rendered, parents read, prepared, planned,
+applied) and reads them to decide what each app may do; ``narrowed`` is the pure rule of an
+app's members after its pass.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agent.apply.inventory import Inventory, InventoryStore, Member, record_uids
+from agent.config.types import AppConfig
+from agent.model import ApplyResult, ClusterResult, DesiredObject, DesiredSet, ObjectKey, Outcome, Revision
+from agent.plan.planner import PlanOptions
+from agent.reconcile.live import LiveState
+
+
+@dataclass
+class AppRun:
+    """One app in one pass: what was rendered and read for it, and its result."""
+
+    app: AppConfig
+    result: ClusterResult
+    #: Runs in this pass (else only rendered, so that the pass knows what it declares).
+    due: bool
+    revision: Revision | None
+    desired_set: DesiredSet | None = None
+    #: Prepared for the cluster with the app's membership label; ``None``: unknown this pass.
+    desired: list[DesiredObject] | None = None
+    store: InventoryStore | None = None
+    inventory: Inventory | None = None
+    refused: bool = False
+    suspended: bool = False
+    options: PlanOptions | None = None
+    #: Its members as stored now (after this pass's writes).
+    members: dict[ObjectKey, Member] = field(default_factory=dict)
+    #: Nothing more to do for it in this pass (its result is final).
+    finished: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.app.name
+
+    @property
+    def known(self) -> bool:
+        """Whether this pass knows what the app declares (rendered, not suspended, not refused)."""
+        return self.desired is not None and not self.refused and not self.suspended
+
+    @property
+    def active(self) -> bool:
+        return self.due and self.known and not self.finished
+
+
+@dataclass
+class Shared:
+    """What the apps of one pass share: who declares what, who holds what, what moved."""
+
+    runs: dict[str, AppRun]
+    #: Membership value → (the app holding its members, their parent's name).
+    holders: dict[str, tuple[str, str]]
+    #: Apps whose declarations this pass knows.
+    known: set[str]
+    live: LiveState | None = None
+    #: Parent name → objects another app took over from it in this pass.
+    released: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    declared: dict[ObjectKey, list[tuple[AppRun, DesiredObject]]] = field(default_factory=dict)
+    #: Object → the apps whose inventories record it (as read at the start of the pass).
+    recorded: dict[ObjectKey, list[AppRun]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        for run in self.runs.values():
+            if run.known and run.desired is not None:
+                for obj in run.desired:
+                    self.declared.setdefault(obj.key, []).append((run, obj))
+            for key in run.members:
+                self.recorded.setdefault(key, []).append(run)
+
+    def release(self, parent: str, key: ObjectKey) -> None:
+        """``key`` leaves ``parent``'s inventory when the pass settles (another app holds it now)."""
+        with self._lock:  # called from the listing threads too
+            self.released.setdefault(parent, set()).add(key)
+
+    def release_stale(self, key: ObjectKey, holder: AppRun) -> None:
+        """``holder``'s set holds ``key`` live: any other app still recording it lets it go."""
+        for run in self.recorded.get(key, ()):
+            if run is not holder and run.store is not None:
+                self.release(run.store.name, key)
+
+
+def narrowed(
+    current: Mapping[ObjectKey, Member],
+    desired: Iterable[ObjectKey],
+    live: LiveState,
+    results: list[ApplyResult],
+    released: set[ObjectKey],
+) -> dict[ObjectKey, Member]:
+    """Members after an app's pass: desired plus what could not be removed; UIDs recorded.
+
+    ``released``: what the prune decision found gone or taken out of the set by hand
+    (membership label removed); neither is ours to track any more.
+    """
+    wanted = set(desired)
+    done = {r.key for r in results if r.outcome in (Outcome.PRUNED, Outcome.ORPHANED)}
+    gone = released | {
+        k for k in current if k not in wanted and not live.found(k) and live.complete.get((k.group, k.kind))
+    }
+    members = {k: m for k, m in current.items() if k not in done and k not in gone}
+    for k in sorted(wanted):
+        members.setdefault(k, Member(k))
+    uids = dict(live.uids)
+    uids.update(
+        {r.key: r.uid for r in results if r.uid and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
+    )
+    return {m.key: m for m in record_uids(members.values(), uids)}

@@ -1,0 +1,270 @@
+"""The stages of a pass on one cluster's client: render, prepare, read live, plan and prune options.
+
+``ClusterStages`` holds what one cluster keeps between passes (its client, discovery, the
+OpenAPI schema index, the render cache) and the inventories of its apps. It decides nothing:
+``reconciler.ClusterReconciler`` sequences these stages for a pass over the cluster's apps;
+``report.diff`` and ``reconcile.takeover`` use them for their previews.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from agent.apply import prune as prune_stage
+from agent.apply.inventory import PART_OF, InventoryStore, applyset_id, parent_name
+from agent.config.types import AppConfig, ClusterConfig, Config
+from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
+from agent.kube.client import KubeClient
+from agent.model import DesiredObject, DesiredSet, ObjectKey, Refusal, Revision, split_api_version
+from agent.plan.planner import PlanOptions
+from agent.plan.schema import SchemaIndex
+from agent.reconcile.apps import cluster_apps
+from agent.reconcile.identity import shared_message
+from agent.reconcile.live import Inspect, LiveState, crd_scopes, read_live
+from agent.render.renderer import RenderCache, RenderSpec
+
+ClientFactory = Callable[[ClusterConfig], KubeClient]
+#: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
+SameCluster = Callable[[str, str | None], list[str]]
+
+
+def render_spec(cluster: ClusterConfig) -> RenderSpec:
+    """What a `[[clusters]]` entry's own app renders."""
+    return RenderSpec(
+        cluster=cluster.name,
+        paths=cluster.paths,
+        vars=dict(cluster.vars),
+        exclude=cluster.settings.exclude,
+        helm=cluster.helm,
+        timeout=cluster.settings.render_timeout,
+    )
+
+
+def app_render_spec(app: AppConfig) -> RenderSpec:
+    """What one app renders: its paths, its variables (over the cluster's), its settings."""
+    return RenderSpec(
+        cluster=app.cluster,
+        paths=app.paths,
+        vars=dict(app.vars),
+        exclude=app.settings.exclude,
+        helm=app.helm,
+        timeout=app.settings.render_timeout,
+    )
+
+
+class ClusterStages:
+    """One cluster's client and caches, and the stages of a pass on them (``ClusterReconciler``
+    sequences them; diff reports and takeover use them directly)."""
+
+    def __init__(
+        self,
+        config: Config,
+        cluster: ClusterConfig,
+        *,
+        client_factory: ClientFactory = KubeClient.from_config,
+        render_cache: RenderCache | None = None,
+        same_cluster: SameCluster | None = None,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.apps = cluster_apps(config, cluster)
+        #: Set by ``Fleet``, which knows the other entries; alone (CLI tools) only the claim guards.
+        self._same_cluster = same_cluster
+        self.field_manager = config.field_manager(cluster)
+        self._client_factory = client_factory
+        self._client: KubeClient | None = None
+        self.render_cache = render_cache or RenderCache()
+        self.schema = SchemaIndex()
+        self._schema_loaded: set[tuple[str, str]] = set()
+        #: Bumped whenever a schema document is added: plans made before may differ after.
+        self._schema_generation = 0
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            self._client = self._client_factory(self.cluster)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- inventories ------------------------------------------------------------
+
+    def parent_of(self, app: str) -> str:
+        """The name of ``app``'s ApplySet parent (the cluster's own app: the agent's name)."""
+        implicit = next((a.implicit for a in self.apps if a.name == app), app == self.cluster.name)
+        return parent_name(self.config.agent.name, app, implicit=implicit)
+
+    def store_for(self, parent: str) -> InventoryStore:
+        return InventoryStore(
+            self.client,
+            name=parent,
+            namespace=self.config.agent.namespace,
+            field_manager=self.field_manager,
+            claimant=self.cluster.name,
+            agent=self.config.agent.name,
+        )
+
+    @property
+    def store(self) -> InventoryStore:
+        """The inventory of the cluster entry's own app (the parent every release before apps used)."""
+        return self.store_for(self.config.agent.name)
+
+    def check_identity(self) -> None:
+        """Refuse the pass when another config entry reaches this very cluster (one GET, cached).
+
+        Compared by the kube-system UID, not the URL: two addresses of one API server are one
+        cluster. Where RBAC hides kube-system this cannot see anything; the claim on the
+        ApplySet parent then refuses the second entry.
+        """
+        if self._same_cluster is None:
+            return
+        uid = self.client.cluster_uid()
+        others = self._same_cluster(self.cluster.name, uid)
+        if uid is not None and others:
+            agent, name = self.config.agent, self.cluster.name
+            message = shared_message(name, others, uid, agent=agent.name, namespace=agent.namespace)
+            raise ClusterRefused(name, Refusal.SHARED_CLUSTER, message)
+
+    # -- stages ---------------------------------------------------------------
+
+    def render(self, revision: Revision) -> DesiredSet:
+        """The cluster entry's own app (``render_app`` for any app)."""
+        # Through the cache's single flight: clusters sharing a render wait for the one rendering it
+        # instead of each rendering (and holding) its own copy at the same moment.
+        return self.render_cache.render(revision.tree, render_spec(self.cluster), revision=revision.sha)
+
+    def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
+        return self.render_cache.render(revision.tree, app_render_spec(app), revision=revision.sha)
+
+    def prepare(
+        self, desired: DesiredSet, inventory_id: str, *, default_namespace: str | None = None
+    ) -> list[DesiredObject]:
+        """Default namespaces, refuse namespaced-ness mistakes, add our membership label."""
+        disc = self.client.discovery()
+        scopes = crd_scopes(desired.objects)
+        fallback = default_namespace or self.cluster.settings.default_namespace
+        out: list[DesiredObject] = []
+        problems: list[RenderProblem] = []
+        for obj in desired.objects:
+            # Only metadata changes here (namespace, our label): copy that level and share the rest
+            # with the render cache, which nothing downstream writes to (the planner and apply
+            # copy before editing). A deep copy per object per pass cost time and a copy of every object.
+            m = dict(obj.manifest)
+            meta = m["metadata"] = dict(m.get("metadata") or {})
+            if isinstance(meta.get("labels"), dict):
+                meta["labels"] = dict(meta["labels"])
+            group = obj.key.group
+            info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
+            namespaced = info.namespaced if info else scopes.get((group, obj.key.kind))
+            if namespaced is None:
+                namespaced = bool(meta.get("namespace"))  # unknown kind: keep as written; apply reports it
+            if namespaced and not meta.get("namespace"):
+                meta["namespace"] = fallback
+            elif not namespaced and meta.get("namespace"):
+                problems.append(
+                    RenderProblem(
+                        obj.provenance.file,
+                        f"{obj.key.kind} {meta.get('name')} is cluster-scoped but sets a namespace",
+                        line=obj.provenance.line,
+                    )
+                )
+                continue
+            meta.setdefault("labels", {})[PART_OF] = inventory_id
+            out.append(DesiredObject(m, obj.provenance))
+        if problems:
+            raise RenderError(problems, cluster=self.cluster.name)
+        return out
+
+    def read_live(
+        self,
+        keys: Iterable[ObjectKey],
+        desired: list[DesiredObject],
+        *,
+        inspect: Inspect | None = None,
+        keep: Callable[[ObjectKey], bool] | None = None,
+    ) -> LiveState:
+        """``live.read_live`` on this cluster's client and pool size."""
+        return read_live(
+            self.client,
+            keys,
+            crd_scopes(desired),
+            concurrency=self.cluster.settings.concurrency,
+            inspect=inspect,
+            keep=keep,
+        )
+
+    def load_schema(self, objs: Iterable[DesiredObject]) -> None:
+        """OpenAPI v3 per group-version, once per client lifetime (list-map keys, int-or-string)."""
+        for group, version in sorted({split_api_version(o.api_version) for o in objs}):
+            gv = (group, version)
+            if gv in self._schema_loaded:
+                continue
+            try:
+                self.schema.add_document(self.client.openapi_v3(group, version))
+                self._schema_generation += 1
+            except ApiError as e:
+                if e.is_cluster_level:
+                    raise
+                # A kind defined by a CRD of this pass has no schema yet: planner fallbacks apply
+                # now, and the next pass asks again (marking it loaded would plan its list-maps
+                # as atomic lists for good, re-applying every custom resource on every pass).
+                if e.status == 404:
+                    continue
+            self._schema_loaded.add(gv)
+
+    def desired(self, desired_set: DesiredSet, inventory_id: str) -> list[DesiredObject]:
+        """The rendered objects prepared for this cluster, with the OpenAPI schema they need loaded."""
+        desired = self.prepare(desired_set, inventory_id)
+        self.load_schema(desired)
+        return desired
+
+    def plan_options(
+        self,
+        inventory_id: str,
+        *,
+        detail: bool = True,
+        app: AppConfig | None = None,
+        handover_from: frozenset[str] | None = None,
+        protected: frozenset[str] | None = None,
+    ) -> PlanOptions:
+        """How an app's objects are planned: by the pass, diff reports and takeover alike.
+
+        ``detail=False`` (the pass): no report operations or path sets it would throw away.
+        ``app``: the cluster entry's own app when not given. Outside a pass (reports), members
+        of the cluster's other apps are never planned as adoptable (``protected``).
+        """
+        agent, namespace = self.config.agent.name, self.config.agent.namespace
+        if protected is None:
+            protected = frozenset(
+                applyset_id(parent_name(agent, a.name, implicit=a.implicit), namespace) for a in self.apps
+            ) - {inventory_id}
+        return PlanOptions(
+            detail=detail,
+            field_manager=self.field_manager,
+            rules=app.conflict_rules if app else self.config.conflict_rules,
+            schema=self.schema,
+            adopt=(app.settings if app else self.cluster.settings).adopt,
+            membership_label=(PART_OF, inventory_id),
+            handover_from=handover_from,
+            protected=protected,
+        )
+
+    def prune_options(
+        self, inventory_id: str, dry_run: bool, app: AppConfig | None = None
+    ) -> prune_stage.PruneOptions:
+        s = app.settings if app else self.cluster.settings
+        return prune_stage.PruneOptions(
+            field_manager=self.field_manager,
+            inventory_id=inventory_id,
+            enabled=s.prune,
+            allow_empty=s.allow_empty,
+            max_prune_fraction=s.max_prune_fraction,
+            brake_min_inventory=s.brake_min_inventory,
+            max_prune=s.max_prune,
+            propagation=s.propagation_policy,
+            dry_run=dry_run,
+            app=None if app is None or app.implicit else app.name,
+        )

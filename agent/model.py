@@ -460,3 +460,45 @@ class ClusterResult:
     @property
     def failed(self) -> int:
         return self.count(Outcome.FAILED)
+
+
+# -- Names on objects: every label and annotation key the agent reads or writes ---------------
+# One home, so the planner, apply, prune, the inventory and the Leases never spell one twice.
+
+#: KEP-3659 ApplySet: membership label on every member; the parent's id label and annotations.
+PART_OF = "applyset.kubernetes.io/part-of"
+ID_LABEL = "applyset.kubernetes.io/id"
+TOOLING = "applyset.kubernetes.io/tooling"
+GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
+ADDITIONAL_NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
+#: On every ApplySet parent and Lease: the agent it belongs to, so one labelled LIST finds all.
+AGENT_LABEL = "gitops-agent.io/agent"
+#: On a parent: the app is suspended; a mass-deletion approval; the entry that claims it.
+SUSPENDED = "gitops-agent.io/suspended"
+PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
+CLAIMED_BY = "gitops-agent.io/claimed-by"
+#: On a Lease: its role ("cluster" | "replica") and the cluster it is for.
+ROLE_LABEL = "gitops-agent.io/lease"
+CLUSTER_LABEL = "gitops-agent.io/cluster"
+#: Users' annotations on an object: leave it alone; keep it when it leaves Git; "disabled".
+RECONCILE = "gitops-agent.io/reconcile"
+PRUNE = "gitops-agent.io/prune"
+DISABLED = "disabled"
+#: Users' annotations: fields to take over whatever the rules say; fields never to compare.
+FORCE_FIELDS = "gitops-agent.io/force-fields"
+IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
+#: Users' annotation: delete and re-create the object when an immutable field changes.
+RECREATE = "gitops-agent.io/recreate"
+RECREATE_ON_IMMUTABLE = "on-immutable-change"
+
+#: The group and kind of a CustomResourceDefinition (applied, and waited for, before its resources).
+CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
+
+
+def phase_of(key: ObjectKey) -> int:
+    """Apply order: Namespaces, CRDs, other cluster-scoped objects, namespaced ones; deletion reverses it."""
+    if key.group == "" and key.kind == "Namespace":
+        return 0
+    if (key.group, key.kind) == CRD_KEY:
+        return 1
+    return 2 if not key.namespace else 3

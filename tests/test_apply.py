@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent.apply.inventory import ADDITIONAL_NAMESPACES, GROUP_KINDS, ID_LABEL, PART_OF, TOOLING, applyset_id
-from agent.model import Outcome
+from agent.apply.inventory import applyset_id
+from agent.model import ADDITIONAL_NAMESPACES, GROUP_KINDS, ID_LABEL, PART_OF, TOOLING, Outcome
 from tests.agentkit import E2E, make_repo, unique, write_config
 from tests.clusters import ClusterPool, kubectl
 

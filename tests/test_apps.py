@@ -16,22 +16,26 @@ from typing import Any
 import pytest
 
 from agent import __version__
-from agent.apply.inventory import (
+from agent.apply.inventory import MEMBERS_KEY, applyset_id
+from agent.config.types import Config
+from agent.dev.process import LocalCluster
+from agent.kube.client import KubeClient
+from agent.model import (
     ADDITIONAL_NAMESPACES,
     AGENT_LABEL,
     CLAIMED_BY,
     GROUP_KINDS,
     ID_LABEL,
-    MEMBERS_KEY,
     PART_OF,
     PRUNE_APPROVAL,
     TOOLING,
-    applyset_id,
+    FailureReason,
+    ObjectKey,
+    Outcome,
+    PassState,
+    PruneReason,
+    SkipReason,
 )
-from agent.config.types import Config
-from agent.dev.process import LocalCluster
-from agent.kube.client import KubeClient
-from agent.model import FailureReason, ObjectKey, Outcome, PassState, PruneReason, SkipReason
 from agent.report.events import events_for
 from agent.report.summary import format_summary
 from tests.agentkit import Agent, make_repo, unique, write_config

@@ -12,6 +12,7 @@ import pytest
 from agent.config.load import load_config
 from agent.config.types import Adopt, Config
 from agent.model import (
+    PART_OF,
     Action,
     AppConflict,
     ClusterResult,
@@ -24,7 +25,7 @@ from agent.model import (
     Revision,
     SkipReason,
 )
-from agent.plan.planner import PART_OF, PlanOptions, plan_object
+from agent.plan.planner import PlanOptions, plan_object
 from agent.reconcile.apps import Declared, assign, dependency_order, with_dependencies
 from agent.report.summary import format_summary
 from agent.run.fleet import Fleet

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent.apply.inventory import PART_OF
-from agent.model import ApplyResult, ClusterResult, Outcome
+from agent.model import PART_OF, ApplyResult, ClusterResult, Outcome
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import TestNamespace, kubectl
 

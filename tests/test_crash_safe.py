@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.apply.inventory import PART_OF, InventoryStore
+from agent.apply.inventory import InventoryStore
 from agent.kube.client import KubeClient
-from agent.model import ObjectKey, Outcome
+from agent.model import PART_OF, ObjectKey, Outcome
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.apply.inventory import PART_OF, applyset_id
+from agent.apply.inventory import applyset_id
 from agent.config.load import load_config
 from agent.dev import localcluster
-from agent.model import Outcome
+from agent.model import PART_OF, Outcome
 from tests.agentkit import E2E, make_repo, tracked, write_config
 from tests.clusters import ClusterPool, kubectl
 from tests.daemonkit import configmaps, free_port, status, tune

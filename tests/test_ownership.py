@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent.apply.inventory import PART_OF
 from agent.dev import localcluster
-from agent.model import Note, ObjectKey, Outcome
+from agent.model import PART_OF, Note, ObjectKey, Outcome
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.model import Action, Change, DesiredObject, Manifest, Provenance
-from agent.plan.planner import IGNORE_FIELDS, plan_object, request_body, send_body
+from agent.model import IGNORE_FIELDS, Action, Change, DesiredObject, Manifest, Provenance
+from agent.plan.planner import plan_object, request_body, send_body
 from tests.test_plan import CASES, _options
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from agent.apply.inventory import PART_OF, PRUNE_APPROVAL, Inventory, Member
+from agent.apply.inventory import Inventory, Member
 from agent.apply.prune import PruneOptions, decide, handed_over, owns_membership_label, prune_digest
-from agent.model import ObjectKey
+from agent.model import PART_OF, PRUNE_APPROVAL, ObjectKey
 
 FM = "agent-x"
 ID = "applyset-abc-v1"

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.apply.inventory import SUSPENDED
 from agent.cli import ops as cli_ops
 from agent.config.types import Config
 from agent.kube.client import KubeClient
+from agent.model import SUSPENDED
 from agent.report.events import events_for
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl

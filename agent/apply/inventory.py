@@ -39,18 +39,19 @@ from typing import Any
 from agent import __version__
 from agent.errors import ApiError, ClusterRefused
 from agent.kube.client import KubeClient, ResourceInfo
-from agent.model import ObjectKey, Refusal
+from agent.model import (
+    ADDITIONAL_NAMESPACES,
+    AGENT_LABEL,
+    CLAIMED_BY,
+    GROUP_KINDS,
+    ID_LABEL,
+    PRUNE_APPROVAL,
+    SUSPENDED,
+    TOOLING,
+    ObjectKey,
+    Refusal,
+)
 
-PART_OF = "applyset.kubernetes.io/part-of"
-ID_LABEL = "applyset.kubernetes.io/id"
-TOOLING = "applyset.kubernetes.io/tooling"
-GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
-ADDITIONAL_NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
-SUSPENDED = "gitops-agent.io/suspended"
-PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
-CLAIMED_BY = "gitops-agent.io/claimed-by"
-#: On every parent: the agent it belongs to, so one labelled LIST finds all its apps' parents.
-AGENT_LABEL = "gitops-agent.io/agent"
 MEMBERS_KEY = "members.json.gz"
 PARENT_KIND = "ConfigMap"
 

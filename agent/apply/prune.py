@@ -25,16 +25,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.apply.inventory import PART_OF, Inventory
-from agent.apply.ssa import phase_of
+from agent.apply.inventory import Inventory
 from agent.config.types import CLUSTER_DEFAULTS, PropagationPolicy
 from agent.errors import ApiError
 from agent.kube.client import KubeClient
-from agent.model import ApplyResult, Manifest, Note, ObjectKey, Outcome, PruneReason, PruneRefusal
-
-PRUNE_ANNOTATION = "gitops-agent.io/prune"
-RECONCILE_ANNOTATION = "gitops-agent.io/reconcile"
-DISABLED = "disabled"
+from agent.model import (
+    DISABLED,
+    PART_OF,
+    PRUNE,
+    RECONCILE,
+    ApplyResult,
+    Manifest,
+    Note,
+    ObjectKey,
+    Outcome,
+    PruneReason,
+    PruneRefusal,
+    phase_of,
+)
 
 
 @dataclass(frozen=True)
@@ -147,13 +155,13 @@ def decide(
         # the delete's UID precondition uses the UID this pass listed.
         if (meta.get("labels") or {}).get(PART_OF) != options.inventory_id:
             d.gone.add(key)  # someone took it out of the set: no longer ours to track
-        elif annotations.get(RECONCILE_ANNOTATION) == DISABLED:
-            d.kept[key] = f"{RECONCILE_ANNOTATION}: {DISABLED}"
+        elif annotations.get(RECONCILE) == DISABLED:
+            d.kept[key] = f"{RECONCILE}: {DISABLED}"
         elif not owns_membership_label(obj, options.field_manager):
             d.kept[key] = (
                 "our Apply entry does not own its membership label (restored or edited); not deleting"
             )
-        elif annotations.get(PRUNE_ANNOTATION) == DISABLED:
+        elif annotations.get(PRUNE) == DISABLED:
             d.orphan.append(Candidate(key, meta.get("uid", ""), obj.get("apiVersion", "")))
         else:
             d.delete.append(Candidate(key, meta.get("uid", ""), obj.get("apiVersion", "")))
@@ -294,7 +302,7 @@ def _orphan(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyRes
     return ApplyResult(
         c.key,
         Outcome.ORPHANED,
-        message=f"{PRUNE_ANNOTATION}: {DISABLED}; left in place, no longer tracked",
+        message=f"{PRUNE}: {DISABLED}; left in place, no longer tracked",
         uid=c.uid,
     )
 

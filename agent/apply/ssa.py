@@ -28,11 +28,18 @@ from dataclasses import dataclass
 from agent.config.types import CLUSTER_DEFAULTS, CONFLICT_RETRIES, CRD_WAIT
 from agent.errors import ApiError, StatusCause
 from agent.kube.client import KubeClient
-from agent.model import Action, ApplyResult, Change, Manifest, Note, ObjectKey, Outcome
-
-RECREATE_ANNOTATION = "gitops-agent.io/recreate"
-RECREATE_ON_IMMUTABLE = "on-immutable-change"
-CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
+from agent.model import (
+    RECREATE,
+    RECREATE_ON_IMMUTABLE,
+    Action,
+    ApplyResult,
+    Change,
+    Manifest,
+    Note,
+    ObjectKey,
+    Outcome,
+    phase_of,
+)
 
 #: Re-plan one object from a fresh read and the 409's causes (the owners the server named).
 Replanner = Callable[[ObjectKey, Manifest | None, tuple[StatusCause, ...]], Change]
@@ -52,15 +59,6 @@ class ApplyOptions:
     crd_wait: float = CRD_WAIT
     #: Re-plans after a 409 before the object is reported failed.
     conflict_retries: int = CONFLICT_RETRIES
-
-
-def phase_of(key: ObjectKey) -> int:
-    """Apply order; deletion uses the reverse."""
-    if key.group == "" and key.kind == "Namespace":
-        return 0
-    if (key.group, key.kind) == CRD_KEY:
-        return 1
-    return 2 if not key.namespace else 3
 
 
 def apply_changes(
@@ -165,13 +163,13 @@ def _immutable(
     """Recreate only when the object asks for it; otherwise report the field."""
     assert body is not None
     annotations = (body.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(RECREATE_ANNOTATION) != RECREATE_ON_IMMUTABLE or change.action is Action.CREATE:
+    if annotations.get(RECREATE) != RECREATE_ON_IMMUTABLE or change.action is Action.CREATE:
         return ApplyResult(
             change.key,
             Outcome.FAILED,
             status=422,
             message=f"immutable field changed: {error.api_message} "
-            f"(annotate {RECREATE_ANNOTATION}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)",
+            f"(annotate {RECREATE}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)",
             note=Note.IMMUTABLE,
         )
     if options.dry_run:

@@ -152,7 +152,8 @@ def prune_group() -> None:
 )
 def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
     """Approve one exact prune set that the mass-deletion brake stopped (any change to the set voids it)."""
-    from agent.apply.inventory import PRUNE_APPROVAL, InventoryStore
+    from agent.apply.inventory import InventoryStore
+    from agent.model import PRUNE_APPROVAL
     from agent.reconcile.reconciler import ClusterReconciler
 
     cfg = load(config_file, [cluster_name], access=True)

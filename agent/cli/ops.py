@@ -64,8 +64,9 @@ def _call(url: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, An
 
 def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool) -> str:
     """Write (or remove) the annotation on the cluster's ApplySet parent; returns what happened."""
-    from agent.apply.inventory import SUSPENDED, InventoryStore
+    from agent.apply.inventory import InventoryStore
     from agent.kube.client import KubeClient
+    from agent.model import SUSPENDED
 
     client = KubeClient.from_config(cluster)
     try:

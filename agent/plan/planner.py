@@ -46,6 +46,10 @@ import jsonpatch
 
 from agent.config.types import CLUSTER_DEFAULTS, Adopt, ConflictRule, choices
 from agent.model import (
+    FORCE_FIELDS,
+    IGNORE_FIELDS,
+    PART_OF,
+    RECONCILE,
     Action,
     Change,
     DesiredObject,
@@ -74,10 +78,6 @@ from agent.plan.fields import (
 from agent.plan.normalize import secret_string_data_as_data
 from agent.plan.schema import Node, SchemaIndex, root_node
 
-FORCE_FIELDS = "gitops-agent.io/force-fields"
-IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
-RECONCILE = "gitops-agent.io/reconcile"
-PART_OF = "applyset.kubernetes.io/part-of"
 #: Never part of an apply body: server-set identity and bookkeeping.
 _SERVER_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
 

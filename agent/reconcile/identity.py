@@ -9,7 +9,7 @@ cluster, never renamed, the same through every address. ``Fleet`` keeps one
 of the entries no pass has read yet, so the first pass of either entry already
 sees the other and both are refused whichever runs first. Where RBAC hides
 ``kube-system`` (the namespaced install), the claim on the parent
-(``inventory.CLAIMED_BY``) refuses the second entry instead.
+(``model.CLAIMED_BY``) refuses the second entry instead.
 """
 
 from __future__ import annotations

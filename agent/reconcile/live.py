@@ -14,10 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.apply.ssa import CRD_KEY
 from agent.errors import ApiError
 from agent.kube.client import KubeClient, ResourceInfo
-from agent.model import Action, Change, DesiredObject, Manifest, ObjectKey, SkipReason
+from agent.model import CRD_KEY, Action, Change, DesiredObject, Manifest, ObjectKey, SkipReason
 
 GroupKind = tuple[str, str]
 #: Called on a listing thread with a chunk of one kind's wanted objects: those just listed, as they

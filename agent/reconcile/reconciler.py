@@ -24,11 +24,12 @@ import structlog
 
 from agent.apply import prune as prune_stage
 from agent.apply import ssa as apply_stage
-from agent.apply.inventory import PART_OF, Inventory, load_parents, parent_name, widen
+from agent.apply.inventory import Inventory, load_parents, parent_name, widen
 from agent.config.types import ClusterConfig, Config
 from agent.errors import AgentError, ApiError, ClusterError, ClusterRefused, RenderError, StatusCause
 from agent.kube.client import KubeClient
 from agent.model import (
+    PART_OF,
     Action,
     AppConflict,
     Change,

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from agent.apply import prune as prune_stage
-from agent.apply.inventory import PART_OF, InventoryStore, applyset_id, parent_name
+from agent.apply.inventory import InventoryStore, applyset_id, parent_name
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
-from agent.model import DesiredObject, DesiredSet, ObjectKey, Refusal, Revision, split_api_version
+from agent.model import PART_OF, DesiredObject, DesiredSet, ObjectKey, Refusal, Revision, split_api_version
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
 from agent.reconcile.apps import cluster_apps

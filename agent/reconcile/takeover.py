@@ -34,11 +34,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.apply.inventory import PART_OF, widen
+from agent.apply.inventory import widen
 from agent.config.types import Adopt, ConflictRule
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
 from agent.model import (
+    PART_OF,
     ApplyResult,
     DesiredObject,
     FieldConflict,

@@ -28,10 +28,21 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.apply import prune as prune_stage
-from agent.apply import ssa as apply_stage
 from agent.config.types import ClusterConfig, Config
 from agent.errors import AgentError, ApiError
-from agent.model import Action, ApplyResult, Change, DesiredObject, Manifest, ObjectKey, Outcome, Revision
+from agent.model import (
+    CRD_KEY,
+    RECREATE,
+    RECREATE_ON_IMMUTABLE,
+    Action,
+    ApplyResult,
+    Change,
+    DesiredObject,
+    Manifest,
+    ObjectKey,
+    Outcome,
+    Revision,
+)
 from agent.plan.fields import render_path
 from agent.plan.planner import PlanOptions, expected_object, plan, request_body
 from agent.reconcile.live import LiveState
@@ -52,7 +63,7 @@ from agent.report.model import (
 )
 
 ReconcilerFactory = Callable[[Config, ClusterConfig], ClusterReconciler]
-_CRD = apply_stage.CRD_KEY
+_CRD = CRD_KEY
 
 
 class Progress(Protocol):
@@ -228,13 +239,10 @@ def _confirm(
                 return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
             if e.is_immutable:
                 annotations = (body.get("metadata") or {}).get("annotations") or {}
-                if annotations.get(apply_stage.RECREATE_ANNOTATION) == apply_stage.RECREATE_ON_IMMUTABLE:
+                if annotations.get(RECREATE) == RECREATE_ON_IMMUTABLE:
                     note = f"an immutable field changes: would delete and re-create ({message})"
                     return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
-                message += (
-                    f" (annotate {apply_stage.RECREATE_ANNOTATION}: {apply_stage.RECREATE_ON_IMMUTABLE}"
-                    " to allow delete and re-create)"
-                )
+                message += f" (annotate {RECREATE}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)"
             return change_report(
                 change, current, expected, basis="plan", to_label="plan", error=f"HTTP {e.status}: {message}"
             )

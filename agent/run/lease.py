@@ -36,15 +36,12 @@ import structlog
 
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
-from agent.model import FailureReason
+from agent.model import AGENT_LABEL, CLUSTER_LABEL, ROLE_LABEL, FailureReason
 from agent.run.lease_settings import LeaseSettings
 
 log = structlog.get_logger("gitops_agent.lease")
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
-AGENT_LABEL = "gitops-agent.io/agent"
-ROLE_LABEL = "gitops-agent.io/lease"  # "cluster" | "replica"
-CLUSTER_LABEL = "gitops-agent.io/cluster"
 _READS = frozenset({"GET", "HEAD"})
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from agent.config.types import DEFAULT_CONFLICT_RULES, ConflictRule
 from agent.errors import StatusCause
-from agent.kube.client import parse_status
+from agent.kube.status import parse_status
 from agent.model import Action, DesiredObject, Provenance, Resolution
 from agent.plan.causes import NamedOwner, named_owners, parse_owner, replan_after_conflict, server_field
 from agent.plan.planner import PlanOptions, plan_object

@@ -17,8 +17,6 @@ exception's type when there was no answer.
 from __future__ import annotations
 
 import json
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,8 +29,10 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from agent.config.types import ClusterConfig
-from agent.errors import ApiError, ClusterError, StatusCause, StatusDetails, Transport
+from agent.errors import ApiError, ClusterError, Transport
+from agent.kube import status as kube_status
 from agent.kube.listjson import each_item
+from agent.kube.status import parse_status
 from agent.model import FailureReason, Manifest, split_api_version
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
@@ -255,12 +255,12 @@ class KubeClient:
                 )
                 raw: bytes = resp.read()
             except (urllib3.exceptions.HTTPError, OSError) as e:
-                transport, said = _transport(e)
+                transport, said = kube_status.transport(e)
                 raise ApiError(self.name, 0, said, verb=method, target=target, transport=transport) from e
             except k8s_client.ApiException as e:  # TLS failures surface as status-0 ApiException
                 if e.status:
                     raise ApiError(self.name, e.status, str(e.reason), verb=method, target=target) from e
-                transport, said = _transport(e)
+                transport, said = kube_status.transport(e)
                 raise ApiError(self.name, 0, said, verb=method, target=target, transport=transport) from e
             if 200 <= resp.status < 300:
                 return raw
@@ -268,7 +268,7 @@ class KubeClient:
                 refreshed = True  # once per request: a revoked credential must not loop
                 if self.refresh_credentials():
                     continue
-            retry_after = _retry_after(resp.headers.get("Retry-After"))
+            retry_after = kube_status.retry_after(resp.headers.get("Retry-After"))
             if resp.status == 429 and attempt < _MAX_429_RETRIES:
                 attempt += 1
                 time.sleep(min(retry_after or 1.0, 10.0))
@@ -523,99 +523,3 @@ class KubeClient:
         uid = str((ns.get("metadata") or {}).get("uid") or "") or None
         self._cluster_uid = uid
         return uid
-
-
-def _transport(e: BaseException) -> tuple[Transport, str]:
-    """Why a request got no answer, from the types in the exception's chain, and what to tell a person.
-
-    urllib3 wraps the socket's error (``NewConnectionError`` from ``ConnectionRefusedError``,
-    ``ReadTimeoutError`` from ``TimeoutError``); the official client re-raises an ``SSLError`` as
-    a status-0 ``ApiException``. ``NewConnectionError`` subclasses ``ConnectTimeoutError``, so a
-    connect timeout is that class exactly, or a bare socket timeout.
-    """
-    chain = _chain(e)
-
-    def has(*types: type[BaseException]) -> bool:
-        return any(isinstance(x, types) for x in chain)
-
-    if has(ssl.SSLCertVerificationError):
-        return Transport.TLS, "TLS certificate verification failed (wrong CA?)"
-    if has(ssl.SSLError, urllib3.exceptions.SSLError):
-        return Transport.TLS, _first_line(chain[-1])
-    if has(urllib3.exceptions.ReadTimeoutError):
-        return Transport.READ_TIMEOUT, "request timed out (no answer within the request timeout)"
-    if has(urllib3.exceptions.NameResolutionError, socket.gaierror):
-        return Transport.NO_SUCH_HOST, "host name does not resolve"
-    if has(ConnectionRefusedError):
-        return Transport.CONNECTION_REFUSED, "connection refused (is the API server running?)"
-    connect_timeout = any(type(x) is urllib3.exceptions.ConnectTimeoutError for x in chain)
-    if connect_timeout or has(TimeoutError):
-        return Transport.CONNECT_TIMEOUT, "connection timed out"
-    return Transport.BROKEN, _first_line(e)
-
-
-def _chain(e: BaseException) -> list[BaseException]:
-    """``e`` and the exceptions it was raised from or while handling, outermost first."""
-    out: list[BaseException] = []
-    current: BaseException | None = e
-    while current is not None and current not in out:
-        out.append(current)
-        current = current.__cause__ or current.__context__
-    return out
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:300]
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class ParsedStatus:
-    """What an error answer said: ``reason``, ``message`` and, for a ``Status``, its ``details``."""
-
-    reason: str
-    message: str
-    details: StatusDetails | None = None
-
-
-def parse_status(raw: bytes, fallback: str) -> ParsedStatus:
-    """Read an error answer's ``Status`` body; the HTTP reason phrase when it is not one.
-
-    ``details`` only come from a ``kind: Status`` body: that is what tells the API server's own
-    403 from a proxy's. Causes keep their raw ``type``/``field``/``message``: what they mean is
-    the caller's to decide (``agent.plan.causes`` reads ``FieldManagerConflict``,
-    ``StatusCause.immutable`` the validators' sentence).
-    """
-    try:
-        doc = json.loads(raw)
-    except (ValueError, TypeError):
-        return ParsedStatus(fallback or "", raw[:300].decode("utf-8", "replace") if raw else fallback or "")
-    if not isinstance(doc, dict):
-        return ParsedStatus(fallback or "", str(doc)[:300])
-    reason = str(doc.get("reason", fallback or ""))
-    message = str(doc.get("message", "")) or (fallback or "")
-    raw_details = doc.get("details")
-    if doc.get("kind") != "Status" or not isinstance(raw_details, dict):
-        return ParsedStatus(reason, message)
-    causes = tuple(
-        StatusCause(
-            type=str(c.get("reason", "")), field=str(c.get("field", "")), message=str(c.get("message", ""))
-        )
-        for c in raw_details.get("causes") or ()
-        if isinstance(c, dict)
-    )
-    details = StatusDetails(
-        name=str(raw_details.get("name", "")),
-        group=str(raw_details.get("group", "")),
-        kind=str(raw_details.get("kind", "")),
-        uid=str(raw_details.get("uid", "")),
-        causes=causes,
-    )
-    return ParsedStatus(reason, message, details)

@@ -57,19 +57,9 @@ def make_repo(tmp_path: Path, files: dict[str, str]) -> Repo:
     return repo
 
 
-def write_config(
-    tmp_path: Path,
-    repo: Repo,
-    clusters: dict[str, LocalCluster | Path],
-    *,
-    agent: str | None = None,
-    paths: dict[str, list[str]] | None = None,
-    defaults: str = "",
-    cluster_extra: str = "",
-) -> Config:
-    """A config serving ``clusters`` (name → cluster or kubeconfig) from ``repo``."""
-    name = agent or unique("agent")
-    lines = [
+def config_head(tmp_path: Path, repo: Repo, name: str, defaults: str = "") -> list[str]:
+    """The `[agent]`, `[source]` and `[defaults]` tables every test config starts with."""
+    return [
         "[agent]",
         f'name = "{name}"',
         f'cache_dir = "{tmp_path / "cache"}"',
@@ -85,6 +75,21 @@ def write_config(
         defaults,
         "",
     ]
+
+
+def write_config(
+    tmp_path: Path,
+    repo: Repo,
+    clusters: dict[str, LocalCluster | Path],
+    *,
+    agent: str | None = None,
+    paths: dict[str, list[str]] | None = None,
+    defaults: str = "",
+    cluster_extra: str = "",
+) -> Config:
+    """A config serving ``clusters`` (name → cluster or kubeconfig) from ``repo``."""
+    name = agent or unique("agent")
+    lines = config_head(tmp_path, repo, name, defaults)
     for cname, target in clusters.items():
         kc = target.kubeconfig if isinstance(target, LocalCluster) else target
         cpaths = (paths or {}).get(cname, [f"clusters/{cname}"])

@@ -23,7 +23,7 @@ from agent.model import ClusterResult, ObjectKey, Revision
 from agent.run.fleet import Fleet
 from agent.source.git import GitSource
 from benchmarks import harness
-from tests.agentkit import Repo, unique
+from tests.agentkit import Repo, config_head, unique
 
 #: Verbs that change something (``apiserver_request_total``'s spelling; APPLY is a server-side apply).
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
@@ -55,20 +55,7 @@ def write_apps_config(
     defaults to ``cluster_name``), and the entry's own app when ``cluster_paths`` is given."""
     name = agent or unique("agent")
     lines = [
-        "[agent]",
-        f'name = "{name}"',
-        f'cache_dir = "{tmp_path / "cache"}"',
-        'listen = ""',
-        "",
-        "[source]",
-        f'url = "{repo.path}"',
-        "",
-        "[defaults]",
-        'pass_deadline = "60s"',
-        'request_timeout = "10s"',
-        'connect_timeout = "2s"',
-        defaults,
-        "",
+        *config_head(tmp_path, repo, name, defaults),
         "[[clusters]]",
         f'name = "{cluster_name}"',
         f'kubeconfig = "{cluster.kubeconfig}"',

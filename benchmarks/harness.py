@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,8 +278,13 @@ def write_config(
     workload_path: str = "workload",
     defaults: str = "",
     concurrency: int | None = None,
+    apps: Sequence[str] = (),
 ) -> Path:
-    """The agent's config file; ``concurrency`` (None: the agent's default) goes into each cluster."""
+    """The agent's config file; ``concurrency`` (None: the agent's default) goes into each cluster.
+
+    With ``apps``, each cluster serves one `[[apps]]` app per name, rendering
+    ``<workload_path>/<name>``, and has no paths (no app of its own).
+    """
     lines = [
         "[agent]",
         f'name = "{agent}"',
@@ -301,10 +306,18 @@ def write_config(
             "[[clusters]]",
             f'name = "{c.name}"',
             f'kubeconfig = "{c.kubeconfig}"',
-            f'paths = ["{workload_path}"]',
+            *([] if apps else [f'paths = ["{workload_path}"]']),
             *([f"concurrency = {concurrency}"] if concurrency is not None else []),
             "",
         ]
+        for app in apps:
+            lines += [
+                "[[apps]]",
+                f'name = "{app}"',
+                f'cluster = "{c.name}"',
+                f'path = "{workload_path}/{app}"',
+                "",
+            ]
     path.write_text("\n".join(lines))
     return path
 

@@ -185,6 +185,8 @@ def render(results: dict[str, Any]) -> str:
                 f"| {row['peer_seconds']:.3f} s ({row['peer_name']}) | {row['target']}: {_met(row)} |"
             )
         lines.append("")
+    if "apps" in results:
+        lines += _apps(results["apps"])
     lines += [
         "## Reading these numbers",
         "",
@@ -219,6 +221,31 @@ def _repetitions(initial: list[tuple[int, dict[str, Any]]]) -> list[str]:
     return [*lines, ""]
 
 
+def _apps(apps: dict[str, Any]) -> list[str]:
+    """Benchmark 7: many apps on one cluster, a steady pass's requests by resource."""
+    (row,) = apps["rows"]
+    a, first = row["agent"], apps["first_pass"]
+    by_resource = ", ".join(f"{k} {v}" for k, v in row["by_resource"].items())
+    return [
+        f"## Apps ({apps['apps']} apps x {apps['objects_per_app']} objects on one cluster, steady state)",
+        "",
+        "One in-process `Fleet`, one `[[apps]]` app per slice of the workload, each with its own "
+        "inventory. Every app is reconciled in each cluster pass, from one shared read.",
+        "",
+        "| step | objects (kinds) | time | server CPU | client CPU | requests | target |",
+        "|---|---|---|---|---|---|---|",
+        f"| first pass (creates) | {apps['objects']} ({apps['kinds']}) | {first['seconds']:.3f} s "
+        f"| {_cpu(first, 'server')} | {_cpu(first, 'client')} | {_req(first['requests'])} | |",
+        f"| {row['metric']} | {apps['objects']} ({apps['kinds']}) | {a['seconds']:.3f} s "
+        f"| {_cpu(a, 'server')} | {_cpu(a, 'client')} | {_req(a['requests'])} "
+        f"| {row['target']}: {_met(row)} |",
+        "",
+        f"Requests per steady pass, each run: {row['requests_per_pass']}; by resource (median run): "
+        f"{by_resource}.",
+        "",
+    ]
+
+
 def _targets(results: dict[str, Any]) -> list[str]:
     """One line per target with a verdict, largest size first (the figures are in the tables)."""
     out = ["## Where the targets stand", ""]
@@ -241,6 +268,11 @@ def _targets(results: dict[str, Any]) -> list[str]:
         )
     for row in results.get("isolation", {}).get("rows", []):
         out.append(f"- {row['metric']}: {_met(row)} — x{row['time_ratio']} ({row['target']})")
+    for row in results.get("apps", {}).get("rows", []):
+        out.append(
+            f"- {row['metric']}: {_met(row)} — {row['target']}; "
+            f"{max(row['requests_per_pass'])} requests at most"
+        )
     return [*out, ""] if len(out) > 2 else []
 
 

@@ -4,7 +4,7 @@ Real local control planes and the pinned kubectl; fails (never skips) when they 
 Checks that every figure is produced, that request counts come from the server (kubectl's
 requests are counted too, and the agent's own counter plays no part), the CPU accounting of the
 initial apply, its repetitions on fresh clusters in alternating order, and the steady-state
-request target, which holds at any size.
+request target, which holds at any size (for one app per cluster and for many apps on one).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from agent.config.load import load_config
 from agent.config.types import ClusterSettings
 from agent.dev.process import LocalCluster, Pids, Ports
-from benchmarks import harness
+from benchmarks import bench_apps, harness, workload
 from benchmarks.__main__ import main
 from benchmarks.bench_kube import initial_row
 from benchmarks.markdown import render
@@ -42,6 +42,27 @@ def test_write_config_sets_the_concurrency_of_every_cluster_only_when_asked(tmp_
             tmp_path / "c.toml", tmp_path / "repo", tmp_path, records, concurrency=asked
         )
         assert [c.settings.concurrency for c in load_config(cfg).clusters] == [expected, expected]
+
+
+def test_write_config_with_apps_gives_each_cluster_one_app_per_name_and_no_app_of_its_own(
+    tmp_path: Path,
+) -> None:
+    record = LocalCluster(
+        "one",
+        tmp_path,
+        tmp_path / "one.kubeconfig",
+        "https://127.0.0.1:1",
+        tmp_path / "ca.crt",
+        Ports(1, 2),
+        Pids(1, 2, 3),
+    )
+    names = bench_apps.app_names(3)
+    cfg = load_config(
+        harness.write_config(tmp_path / "c.toml", tmp_path / "repo", tmp_path, [record], apps=names)
+    )
+    assert [(a.name, a.cluster, a.paths, a.implicit) for a in cfg.apps] == [
+        (n, "one", (f"workload/{n}",), False) for n in ("app-000", "app-001", "app-002")
+    ]
 
 
 def _side(seconds: float, applies: int, server: float) -> dict[str, Any]:
@@ -155,3 +176,26 @@ def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
     md = next(tmp_path.glob("kube-*.md")).read_text()
     assert md.startswith("# Benchmarks") and "### CPU bound of the initial apply" in md
     assert "### Initial apply, every repetition" in md and ", 2 reps)" in md
+
+
+def test_benchmarks_apps_smoke_small_size_reads_every_app_with_one_list_per_kind(tmp_path: Path) -> None:
+    clusters.require_control_plane()
+    argv = ["apps", "--apps", "6", "--objects-per-app", "40", "--reps", "2"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    apps = json.loads(next(tmp_path.glob("apps-*.json")).read_text())["apps"]
+    assert (apps["apps"], apps["objects"], apps["kinds"]) == (
+        6,
+        240,
+        workload.kind_count(workload.generate(240)),
+    )
+    assert apps["first_pass"]["outcomes"] == {"created": 240}
+    (row,) = apps["rows"]
+    # Counted at the server, every steady pass: reads only, one LIST per kind for all six apps'
+    # objects, and the ConfigMap kind listed twice (the apps' objects, and their parents by label).
+    assert row["met"] and all(n <= apps["kinds"] + 5 for n in row["requests_per_pass"])
+    assert row["agent"]["requests"]["by_verb"] == {"LIST": apps["kinds"] + 1}
+    assert row["by_resource"]["LIST configmaps"] == 2
+    assert all(v == 1 for k, v in row["by_resource"].items() if k != "LIST configmaps")
+    md = next(tmp_path.glob("apps-*.md")).read_text()
+    assert "## Apps (6 apps x 40 objects on one cluster, steady state)" in md
+    assert "- steady state, 6 apps on one cluster: met" in md

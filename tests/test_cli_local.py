@@ -23,7 +23,7 @@ def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_demo_applies_to_two_clusters_then_applies_a_new_commit(tmp_path: Path) -> None:
+def test_demo_applies_two_apps_and_a_new_commit_and_keeps_a_label_added_with_kubectl(tmp_path: Path) -> None:
     out = cli("demo", "--state-dir", str(tmp_path / "demo"))
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
@@ -32,14 +32,22 @@ def test_demo_applies_to_two_clusters_then_applies_a_new_commit(tmp_path: Path) 
         text.split("== second reconcile ==")[1],
         text.split("== third reconcile")[1],
     )
-    for cluster in ("demo-a", "demo-b"):
-        assert f"{cluster}: revision" in first
-        assert "created    Deployment.apps/demo/web" in first
+    for where in ("demo-a app infra", "demo-a app web", "demo-b"):
+        assert f"{where}: revision" in first
+    assert first.count("created    Deployment.apps/demo/web") == 2
     assert second.count("pruned     ConfigMap/demo/legacy-settings") == 2
     assert second.count("created    ConfigMap/demo/feature-flags") == 2
     assert second.count("configured Deployment.apps/demo/web") == 2
+    # demo-a holds two apps (web after infra, its dependency), each with its own objects; demo-b
+    # is one entry with paths. Nothing applied once Git has not moved, though a label was added.
     rows = [line.split() for line in third.splitlines() if line.startswith("demo-")]
-    assert [(r[0], r[2], r[3]) for r in rows] == [("demo-a", "0", "5"), ("demo-b", "0", "5")]
+    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
+        ("demo-a", "infra", "0", "2"),
+        ("demo-a", "web", "0", "3"),
+        ("demo-b", "demo-b", "0", "5"),
+    ]
+    assert "kubectl label deployment web -n demo owner=alice" in second
+    assert "✔ owner=alice is still on deployment/web in demo-a after the reconcile" in third
     # Stopped afterwards (no --keep): nothing left running.
     assert "clusters left running" not in text
 

@@ -1,14 +1,21 @@
 """``gitops-agent demo``: the whole job on an embedded default.
 
 Starts two real local clusters, writes the shipped sample repository
-(``agent/sample/v1``) as a commit of a local bare Git repository, reconciles
+(``agent/dev/sample/v1``) as a commit of a local bare Git repository, reconciles
 both clusters, commits ``v2`` (image bump, changed ConfigMap, one object added
 and one removed from Git), reconciles again and prints what changed where.
+``demo-a`` holds two apps (``infra``, then ``web`` with ``depends_on``), each
+with its own inventory; ``demo-b`` is one ``[[clusters]]`` entry with paths, as
+configs without apps are. Last, a label added with the pinned ``kubectl label``
+on an object the agent manages is shown surviving the next reconcile: the
+project's headline promise (docs/safety.md rule 4), checked, not just printed.
 Also the fixture the end-to-end tests reuse (``commit_directory``).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +29,11 @@ from agent.run.fleet import Fleet
 SAMPLE = Path(__file__).resolve().parent / "sample"
 CLUSTERS = ("demo-a", "demo-b")
 REGIONS = {"demo-a": "eu-west", "demo-b": "us-east"}
+#: The cluster that shows apps: ``infra`` (the namespace, the cluster's settings), then ``web``.
+APPS_CLUSTER = "demo-a"
+#: The label a person adds by hand, and the object it goes on (``web``'s Deployment on ``demo-a``).
+HAND_LABEL = ("owner", "alice")
+LABELLED = ("deployment", "demo", "web")
 
 
 def _tree(repo: pygit2.Repository, directory: Path) -> pygit2.Oid:
@@ -64,13 +76,27 @@ def write_config(state: Path, repo: Path, kubeconfigs: dict[str, Path]) -> Path:
             "[[clusters]]",
             f'name = "{name}"',
             f'kubeconfig = "{kc}"',
-            f'paths = ["apps/base", "clusters/{name}"]',
+            # demo-b is one entry with paths (its own implicit app, as every config before apps).
+            *([] if name == APPS_CLUSTER else [f'paths = ["apps/infra", "apps/web", "clusters/{name}"]']),
             'pass_deadline = "60s"',
             "[clusters.vars]",
             f'CLUSTER = "{name}"',
             f'REGION = "{REGIONS[name]}"',
             "",
         ]
+    lines += [
+        "[[apps]]",
+        'name = "infra"',
+        f'cluster = "{APPS_CLUSTER}"',
+        f'paths = ["apps/infra", "clusters/{APPS_CLUSTER}"]',
+        "",
+        "[[apps]]",
+        'name = "web"',
+        f'cluster = "{APPS_CLUSTER}"',
+        'paths = ["apps/web"]',
+        'depends_on = ["infra"]',
+        "",
+    ]
     path = state / "config.toml"
     path.write_text("\n".join(lines))
     return path
@@ -80,8 +106,9 @@ def describe(results: list[ClusterResult]) -> list[str]:
     """One line per object that did something (unchanged ones are counted, not listed)."""
     lines: list[str] = []
     for r in results:
+        where = r.cluster if not r.app or r.app == r.cluster else f"{r.cluster} app {r.app}"
         lines.append(
-            f"{r.cluster}: revision {r.revision[:12]}, {r.count(Outcome.UNCHANGED)} unchanged"
+            f"{where}: revision {r.revision[:12]}, {r.count(Outcome.UNCHANGED)} unchanged"
             + (f", error: {r.error}" if r.error else "")
         )
         for res in r.results:
@@ -89,6 +116,30 @@ def describe(results: list[ClusterResult]) -> list[str]:
                 extra = f" ({res.message})" if res.message else ""
                 lines.append(f"  {res.outcome.value:<10} {res.key}{extra}")
     return lines
+
+
+def _kubectl(kubeconfig: Path, *args: str) -> str:
+    """The pinned kubectl (the one ``scripts/bootstrap`` built), as a person at a terminal runs it."""
+    from agent.render.binaries import tool
+
+    out = subprocess.run(
+        [str(tool("kubectl")), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} exited {out.returncode}: {out.stderr.strip()}")
+    return out.stdout
+
+
+def _hand_label_value(kubeconfig: Path) -> str | None:
+    """The value of ``HAND_LABEL``'s key on the labelled object, read live (``None``: gone)."""
+    kind, ns, name = LABELLED
+    live = json.loads(_kubectl(kubeconfig, "get", kind, name, "-n", ns, "-o", "json"))
+    value = (live["metadata"].get("labels") or {}).get(HAND_LABEL[0])
+    return value if isinstance(value, str) else None
 
 
 def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = print) -> bool:
@@ -111,6 +162,10 @@ def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = p
             shutil.rmtree(repo)
         sha1 = commit_directory(repo, SAMPLE / "v1", "Deploy web and cluster-info to every cluster")
         echo(f"• sample repository {repo} at {sha1[:12]}")
+        echo(
+            f"• {APPS_CLUSTER} serves two apps, each with its own inventory: infra, then web "
+            f"(depends_on infra); {CLUSTERS[1]} is one entry with paths, as a config without apps"
+        )
         cfg = load_config(write_config(state, repo, kubeconfigs))
         source = GitSource.from_config(cfg)
         fleet = Fleet(cfg)
@@ -126,12 +181,24 @@ def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = p
         echo("\n== second reconcile ==")
         echo(format_summary(second))
         echo("\n".join(describe(second)))
+        kind, ns, name = LABELLED
+        label = "=".join(HAND_LABEL)
+        echo(f"\n• by hand, on {APPS_CLUSTER}: kubectl label {kind} {name} -n {ns} {label}")
+        _kubectl(kubeconfigs[APPS_CLUSTER], "label", kind, name, "-n", ns, label)
         third = fleet.reconcile_all(source.poll())
-        echo("\n== third reconcile (nothing changed in Git) ==")
+        echo("\n== third reconcile (nothing changed in Git; a label was added by hand) ==")
         echo(format_summary(third))
+        kept = _hand_label_value(kubeconfigs[APPS_CLUSTER]) == HAND_LABEL[1]
+        if kept:
+            echo(
+                f"\n✔ {label} is still on {kind}/{name} in {APPS_CLUSTER} after the reconcile: the agent "
+                "applies only the fields Git declares, so what others add survives every reconcile."
+            )
+        else:
+            echo(f"\n✘ {label} is gone from {kind}/{name} in {APPS_CLUSTER}: the reconcile reverted it.")
         fleet.close()
         echo(f"\ndone in {time.monotonic() - t0:.1f}s; config: {state / 'config.toml'}")
-        return all(r.ok for r in first + second + third)
+        return kept and all(r.ok for r in first + second + third)
     finally:
         if keep:
             echo("clusters left running; kubeconfigs: " + ", ".join(str(p) for p in kubeconfigs.values()))

@@ -17,8 +17,9 @@ import click
 
 from agent import logs
 from agent.config.load import check_access, load_config
-from agent.config.types import AGENT_DEFAULTS, Config, LogLevel
+from agent.config.types import AGENT_DEFAULTS, AppConfig, Config, LogLevel
 from agent.errors import ConfigError
+from agent.model import Revision
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -79,3 +80,60 @@ def configure_logging(
     fmt = log_format or given.get("log_format") or agent.log_format
     level = log_level or given.get("log_level") or (LogLevel.WARNING if quiet else None) or agent.log_level
     logs.configure(fmt, level)
+
+
+def select_apps(
+    cfg: Config, cluster: str, app: str | None, *, command: str, one: bool = False
+) -> tuple[AppConfig, ...]:
+    """The apps ``--cluster C [--app A]`` names; exit 2 before anything is touched when it names none.
+
+    Without ``--app``, a cluster with one app means that app (every config before apps); with
+    several, commands that act on each in turn (``one=False``: suspend, resume, sync) get them
+    all, and those that must not guess (``one=True``: prune approve, takeover, render) refuse.
+    """
+    apps = cfg.apps_of(cfg.cluster(cluster).name)
+    names = ", ".join(a.name for a in apps) or "none"
+    if app is not None:
+        chosen = tuple(a for a in apps if a.name == app)
+        if not chosen:
+            _usage(f"{command}: --app: cluster {cluster!r} has no app named {app!r} (its apps: {names})")
+        return chosen
+    if one and len(apps) > 1:
+        _usage(f"{command}: cluster {cluster!r} has several apps ({names}): name one with --app")
+    return apps
+
+
+def app_label(cluster: str, app: AppConfig) -> str:
+    """How output names one app: the cluster alone for its own app, else ``cluster/app``."""
+    return cluster if app.name == cluster else f"{cluster}/{app.name}"
+
+
+def _usage(message: str) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def poll_sources(cfg: Config, apps: Sequence[AppConfig] | None = None) -> dict[str, Revision]:
+    """Each source ``apps`` use (all used ones when None) polled once: name → its revision.
+
+    A failing source is said on stderr and left out: its apps then fail with a typed source
+    failure in the pass, while the others proceed.
+    """
+    from agent.source.sources import SourceSet
+
+    names = None if apps is None else list(dict.fromkeys(a.source for a in apps))
+    polled = SourceSet.from_config(cfg).poll(names)
+    for name, error in polled.errors.items():
+        click.echo(f"source error: source {name!r}: {error}", err=True)
+    return polled.revisions
+
+
+def resolve_app(cfg: Config, app: AppConfig, revision: str | None) -> Revision:
+    """``app``'s source at ``--revision`` (a ref or commit of that source), or its configured ref
+    now. Raises ``SourceError``."""
+    from agent.source.sources import SourceSet
+
+    sources = SourceSet.from_config(cfg)
+    if revision:
+        return sources.resolve(app.source, revision)
+    return sources.source(app.source).poll()

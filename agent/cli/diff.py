@@ -23,7 +23,7 @@ from typing import IO, Any, NoReturn
 
 import click
 
-from agent.cli.common import configure_logging, load
+from agent.cli.common import configure_logging, load, select_apps
 from agent.report.model import EXIT_ERROR, ClusterReport, Report
 
 FORMATS = ("text", "markdown", "json")
@@ -74,6 +74,9 @@ def _render(report: Report, fmt: str, max_size: int, color: bool) -> str:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Agent config (TOML).")
 @click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable).")
 @click.option(
+    "--app", "app_names", multiple=True, help="Live: only these apps of the one --cluster (repeatable)."
+)
+@click.option(
     "--revision", default=None, help="Live: Git ref or commit to render (default: the configured ref)."
 )
 @click.option(
@@ -99,6 +102,7 @@ def _render(report: Report, fmt: str, max_size: int, color: bool) -> str:
 def diff(
     config_file: str | None,
     clusters: tuple[str, ...],
+    app_names: tuple[str, ...],
     revision: str | None,
     tree: str | None,
     fmt: str,
@@ -129,18 +133,30 @@ def diff(
             raise click.UsageError("live mode needs --config (or use --offline --repo --base --head)")
         if revision and tree:
             raise click.UsageError("give --revision or --path, not both")
+    if app_names and (offline or len(clusters) != 1):
+        raise click.UsageError("--app names apps of one cluster: give exactly one --cluster (live mode)")
     cfg: Config | None = None
     if config_file:
         # Offline mode never connects: a CI runner without the kubeconfigs the config names is fine.
         cfg = load(config_file, clusters, access=not offline)
     # Warnings only: stdout holds the report, stderr the progress line.
     configure_logging(cfg, quiet=True)
+    apps = None
+    if cfg is not None and app_names:  # an unknown app: exit 2 before any source or cluster is asked
+        apps = {clusters[0]: [a for n in app_names for a in select_apps(cfg, clusters[0], n, command="diff")]}
     try:
         if offline:
             report = _offline(cfg, repo or "", base_ref or "", head_ref or "", clusters)
         else:
             assert cfg is not None
-            report = _live(cfg, clusters, revision, tree)
+            apps = None
+            if app_names:
+                apps = {
+                    clusters[0]: [
+                        a for n in app_names for a in select_apps(cfg, clusters[0], n, command="diff")
+                    ]
+                }
+            report = _live(cfg, clusters, revision, tree, apps)
     except SourceError as e:
         _fail(f"source error: {e}")
     if not report.clusters:
@@ -155,19 +171,36 @@ def diff(
     sys.exit(report.exit_code)
 
 
-def _live(cfg: Any, clusters: tuple[str, ...], revision: str | None, tree: str | None) -> Report:
+def _live(
+    cfg: Any, clusters: tuple[str, ...], revision: str | None, tree: str | None, apps: Any = None
+) -> Report:
+    """Each app renders its own source's revision (``--revision``: a ref of each source it
+    reports on), or the local checkout ``tree``."""
+    from agent.errors import SourceError
     from agent.report.diff import run_live
-    from agent.source.git import GitSource
+    from agent.source.sources import SourceSet
 
     target: Any
+    chosen = [a for a in cfg.apps if not clusters or a.cluster in clusters]
+    if apps is not None:
+        chosen = [a for v in apps.values() for a in v]
     if tree:
         target = Path(tree).resolve()
     else:
-        source = GitSource.from_config(cfg)
-        target = source.resolve(revision) if revision else source.poll()
+        sources = SourceSet.from_config(cfg)
+        names = list(dict.fromkeys(a.source for a in chosen))
+        if revision:
+            target = {n: sources.resolve(n, revision) for n in names}
+        else:
+            polled = sources.poll(names)
+            if polled.errors:
+                raise SourceError("; ".join(f"source {n!r}: {e}" for n, e in polled.errors.items()))
+            target = polled.revisions
+            if len(names) == 1 and names[0] in target:
+                target = target[names[0]] if all(a.implicit for a in chosen) else target
     names = [c.name for c in cfg.clusters if not clusters or c.name in clusters]
     progress = TerminalProgress(sys.stderr, names) if sys.stderr.isatty() else None
-    return run_live(cfg, target, clusters=clusters, progress=progress)
+    return run_live(cfg, target, clusters=clusters, progress=progress, apps=apps)
 
 
 def _offline(cfg: Any, repo: str, base_ref: str, head_ref: str, clusters: tuple[str, ...]) -> Report:

@@ -17,8 +17,16 @@ from types import ModuleType
 import click
 
 from agent import __version__
-from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load
-from agent.config.types import Config, LogFormat, LogLevel, choices
+from agent.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    configure_logging,
+    load,
+    poll_sources,
+    resolve_app,
+    select_apps,
+)
+from agent.config.types import LogFormat, LogLevel, choices
 from agent.errors import AgentError, LocalClusterError, RenderError, SourceError
 from agent.report.summary import format_summary
 
@@ -40,12 +48,6 @@ def main(log_format: str | None, log_level: str | None) -> None:
 
 
 # -- run ------------------------------------------------------------------------
-
-
-def _source(cfg: Config):  # type: ignore[no-untyped-def]
-    from agent.source.git import GitSource
-
-    return GitSource.from_config(cfg)
 
 
 @main.command()
@@ -84,12 +86,10 @@ def run(
         # The factory builds the sources anew when a config reload changes them.
         Daemon(cfg, SourceSet.from_config(cfg), fleet, source_factory=SourceSet.from_config).run_forever()
         return
-    try:
-        revision = _source(cfg).poll()
-    except SourceError as e:
-        click.echo(f"source error: {e}", err=True)
-        sys.exit(EXIT_FAILED)
-    results = fleet.reconcile_all(revision, dry_run=dry_run, only=clusters or None)
+    # Each source once; a failing one fails its own apps (typed: source) and the others proceed.
+    chosen = [a for a in cfg.apps if not clusters or a.cluster in clusters]
+    revisions = poll_sources(cfg, chosen)
+    results = fleet.reconcile_all(revisions, dry_run=dry_run, only=clusters or None)
     click.echo(format_summary(results))
     fleet.close()
     sys.exit(0 if all(r.ok for r in results) else EXIT_FAILED)
@@ -101,7 +101,10 @@ def run(
 @main.command("render")
 @click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
 @click.option("--cluster", "cluster_name", required=True, help="Cluster whose desired state to print.")
-@click.option("--revision", default=None, help="Git ref or commit to render (default: the configured ref).")
+@click.option("--app", "app_name", default=None, help="App of that cluster (required when it has several).")
+@click.option(
+    "--revision", default=None, help="Ref or commit of the app's source (default: its configured ref)."
+)
 @click.option(
     "--path",
     "tree",
@@ -109,24 +112,25 @@ def run(
     type=click.Path(file_okay=False, exists=True),
     help="Root of a local checkout to render instead of fetching (e.g. a PR's working tree).",
 )
-def render_cmd(config_file: str, cluster_name: str, revision: str | None, tree: str | None) -> None:
-    """Print the rendered YAML stream of one cluster (deterministic; needs no cluster access)."""
-    from agent.reconcile.reconciler import render_spec
+def render_cmd(
+    config_file: str, cluster_name: str, app_name: str | None, revision: str | None, tree: str | None
+) -> None:
+    """Print the rendered YAML stream of one app (deterministic; needs no cluster access)."""
+    from agent.reconcile.reconciler import app_render_spec
     from agent.render.renderer import dump_stream, render
 
     cfg = load(config_file, [cluster_name])
     configure_logging(cfg)
-    cluster = cfg.cluster(cluster_name)
     if revision and tree:
         raise click.UsageError("give --revision or --path, not both")
+    (app,) = select_apps(cfg, cluster_name, app_name, command="render", one=True)
     try:
         if tree:
             root, sha = Path(tree).resolve(), ""
         else:
-            src = _source(cfg)
-            rev = src.resolve(revision) if revision else src.poll()
+            rev = resolve_app(cfg, app, revision)
             root, sha = rev.tree, rev.sha
-        desired = render(root, render_spec(cluster), revision=sha)
+        desired = render(root, app_render_spec(app), revision=sha)
     except RenderError as e:
         click.echo(str(e), err=True)
         sys.exit(EXIT_USAGE)
@@ -147,10 +151,11 @@ def prune_group() -> None:
 @prune_group.command("approve")
 @click.option("--config", "config_file", required=True, type=click.Path(dir_okay=False))
 @click.option("--cluster", "cluster_name", required=True)
+@click.option("--app", "app_name", default=None, help="App of that cluster (required when it has several).")
 @click.option(
     "--digest", required=True, help="The digest the mass-deletion brake reported for the exact prune set."
 )
-def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
+def prune_approve(config_file: str, cluster_name: str, app_name: str | None, digest: str) -> None:
     """Approve one exact prune set that the mass-deletion brake stopped (any change to the set voids it)."""
     from agent.apply.inventory import InventoryStore
     from agent.model import PRUNE_APPROVAL
@@ -161,11 +166,15 @@ def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
     cluster = cfg.cluster(cluster_name)
     if not digest.isalnum():
         raise click.BadParameter("a digest is hexadecimal, as printed by the refusal", param_hint="--digest")
+    (app,) = select_apps(cfg, cluster_name, app_name, command="prune approve", one=True)
+    where = (
+        f"cluster {cluster_name}" if app.name == cluster_name else f"app {app.name} on cluster {cluster_name}"
+    )
     rec = ClusterReconciler(cfg, cluster)
     try:
-        store: InventoryStore = rec.store
+        store: InventoryStore = rec.store_for(rec.parent_of(app.name))
         if not store.load().exists:
-            click.echo(f"cluster {cluster_name!r} has no inventory yet: nothing to approve", err=True)
+            click.echo(f"{where} has no inventory yet: nothing to approve", err=True)
             sys.exit(EXIT_FAILED)
         store.set_annotation(PRUNE_APPROVAL, digest)
     except AgentError as e:
@@ -173,9 +182,7 @@ def prune_approve(config_file: str, cluster_name: str, digest: str) -> None:
         sys.exit(EXIT_FAILED)
     finally:
         rec.close()
-    click.echo(
-        f"approved prune set {digest} for cluster {cluster_name}; the next pass deletes exactly that set"
-    )
+    click.echo(f"approved prune set {digest} for {where}; the next pass deletes exactly that set")
 
 
 # -- local control plane --------------------------------------------------------

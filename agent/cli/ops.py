@@ -20,19 +20,32 @@ import contextlib
 import json
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
 import click
 
-from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load, require_access
-from agent.config.types import ClusterConfig, Config
+from agent.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    app_label,
+    configure_logging,
+    load,
+    poll_sources,
+    require_access,
+    select_apps,
+)
+from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import AgentError, ApiError
 
 _config = click.option(
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
 )
 _cluster = click.option("--cluster", "cluster_name", required=True, help="Cluster name from the config.")
+_app = click.option(
+    "--app", "app_name", default=None, help="App of that cluster (default: its only app, or every app)."
+)
 
 
 def agent_url(cfg: Config) -> str:
@@ -62,19 +75,22 @@ def _call(url: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, An
 # -- suspend / resume -------------------------------------------------------------
 
 
-def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool) -> str:
-    """Write (or remove) the annotation on the cluster's ApplySet parent; returns what happened."""
-    from agent.apply.inventory import InventoryStore
+def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool, app: AppConfig | None = None) -> str:
+    """Write (or remove) the annotation on ``app``'s ApplySet parent (default: the cluster entry's
+    own app); returns what happened."""
+    from agent.apply.inventory import InventoryStore, parent_name
     from agent.kube.client import KubeClient
     from agent.model import SUSPENDED
 
     client = KubeClient.from_config(cluster)
     try:
+        implicit = app is None or app.implicit
         store = InventoryStore(
             client,
-            name=cfg.agent.name,
+            name=parent_name(cfg.agent.name, app.name if app else cluster.name, implicit=implicit),
             namespace=cfg.agent.namespace,
             field_manager=cfg.field_manager(cluster),
+            agent=cfg.agent.name,
         )
         try:
             store.set_annotation(SUSPENDED, "true" if suspended else None)
@@ -82,7 +98,7 @@ def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool) -> str:
             if e.status != 404:
                 raise
             if not suspended:
-                return "not suspended (the agent never wrote to this cluster)"
+                return "not suspended (the agent never wrote to this app's inventory)"
             # No parent yet: create it empty, with the annotation, before any agent applies anything.
             store.ensure_namespace()
             store.write([], extra_annotations={SUSPENDED: "true"})
@@ -91,36 +107,60 @@ def set_suspended(cfg: Config, cluster: ClusterConfig, suspended: bool) -> str:
         client.close()
 
 
-def _suspend_or_resume(config_file: str, cluster_name: str, suspended: bool) -> None:
+def _several(command: str, cluster_name: str, apps: tuple[AppConfig, ...], app_name: str | None) -> None:
+    """Say on stderr that no --app on a cluster of several apps means every one of them."""
+    if app_name is None and len(apps) > 1:
+        names = ", ".join(a.name for a in apps)
+        click.echo(f"{command}: no --app given: acting on every app of {cluster_name} ({names})", err=True)
+
+
+def _suspend_or_resume(config_file: str, cluster_name: str, app_name: str | None, suspended: bool) -> None:
     cfg = load(config_file, [cluster_name], access=True)
     configure_logging(cfg)
-    try:
-        said = set_suspended(cfg, cfg.cluster(cluster_name), suspended)
-    except AgentError as e:
-        click.echo(f"{cluster_name}: {e}", err=True)
-        sys.exit(EXIT_FAILED)
-    click.echo(f"{cluster_name}: {said}")
+    command = "suspend" if suspended else "resume"
+    apps = select_apps(cfg, cluster_name, app_name, command=command)
+    _several(command, cluster_name, apps, app_name)
+    cluster = cfg.cluster(cluster_name)
+    failed = False
+    for app in apps:
+        where = app_label(cluster_name, app)
+        try:
+            said = set_suspended(cfg, cluster, suspended, app)
+        except AgentError as e:
+            click.echo(f"{where}: {e}", err=True)
+            failed = True
+            continue
+        click.echo(f"{where}: {said}")
     url = agent_url(cfg)
-    if url and not suspended:
+    if url and not suspended and not failed:
         # The running agent picks the change up at its next pass; ask for that pass now.
         with contextlib.suppress(OSError):
-            _call(f"{url}/sync?cluster={cluster_name}", "POST", timeout=3.0)
+            _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST", timeout=3.0)
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
+def _query(cluster_name: str, app_name: str | None) -> str:
+    query = {"cluster": cluster_name, **({"app": app_name} if app_name else {})}
+    return urllib.parse.urlencode(query)
 
 
 @click.command("suspend")
 @_config
 @_cluster
-def suspend(config_file: str, cluster_name: str) -> None:
-    """Stop changing anything in a cluster (survives restarts) until `resume`."""
-    _suspend_or_resume(config_file, cluster_name, True)
+@_app
+def suspend(config_file: str, cluster_name: str, app_name: str | None) -> None:
+    """Stop changing anything in an app (or every app of a cluster) until `resume`; survives restarts."""
+    _suspend_or_resume(config_file, cluster_name, app_name, True)
 
 
 @click.command("resume")
 @_config
 @_cluster
-def resume(config_file: str, cluster_name: str) -> None:
+@_app
+def resume(config_file: str, cluster_name: str, app_name: str | None) -> None:
     """Undo `suspend` and ask the running agent for a pass now."""
-    _suspend_or_resume(config_file, cluster_name, False)
+    _suspend_or_resume(config_file, cluster_name, app_name, False)
 
 
 # -- sync -------------------------------------------------------------------------
@@ -129,15 +169,18 @@ def resume(config_file: str, cluster_name: str) -> None:
 @click.command("sync")
 @_config
 @_cluster
+@_app
 @click.option("--local", is_flag=True, help="Do not ask a running agent: run the pass in this process.")
-def sync(config_file: str, cluster_name: str, local: bool) -> None:
-    """Reconcile a cluster now: via the running agent, or one pass here when none answers."""
+def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool) -> None:
+    """Reconcile an app (or every app of a cluster) now: via the running agent, or one pass here."""
     cfg = load(config_file, [cluster_name])
     configure_logging(cfg)
+    apps = select_apps(cfg, cluster_name, app_name, command="sync")
+    _several("sync", cluster_name, apps, app_name)
     url = agent_url(cfg)
     if url and not local:
         try:
-            code, body = _call(f"{url}/sync?cluster={cluster_name}", "POST")
+            code, body = _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST")
         except OSError:
             click.echo(f"no agent answers at {url}; running one pass here", err=True)
         else:
@@ -151,15 +194,14 @@ def sync(config_file: str, cluster_name: str, local: bool) -> None:
     # The running agent reaches the cluster with its own files; a pass here needs them (and the
     # management cluster's, for the Lease).
     require_access(cfg, [cluster_name], management=True)
-    sys.exit(_one_pass(cfg, cluster_name))
+    sys.exit(_one_pass(cfg, cluster_name, apps))
 
 
-def _one_pass(cfg: Config, cluster_name: str) -> int:
+def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> int:
     from agent.report.summary import format_summary
     from agent.run.fleet import Fleet
     from agent.run.lease import acquire_once
     from agent.run.lease_settings import lease_settings, management_client
-    from agent.source.git import GitSource
 
     lm = None
     fleet = Fleet(cfg)
@@ -170,8 +212,8 @@ def _one_pass(cfg: Config, cluster_name: str) -> int:
                 management_client(settings), settings, agent=cfg.agent.name, cluster=cluster_name
             )
             fleet.fence = lambda name: lm.may_write(name) if lm else None
-        revision = GitSource.from_config(cfg).poll()
-        results = fleet.run_apps(cluster_name, revision)
+        revisions = poll_sources(cfg, apps)
+        results = fleet.run_apps(cluster_name, revisions, apps=[a.name for a in apps])
     except AgentError as e:
         click.echo(f"{cluster_name}: {e}", err=True)
         return EXIT_FAILED

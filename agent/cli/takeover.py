@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from agent.cli.common import EXIT_FAILED, configure_logging, load
+from agent.cli.common import EXIT_FAILED, configure_logging, load, resolve_app, select_apps
 from agent.errors import AgentError
 from agent.model import Outcome
 
@@ -23,6 +23,7 @@ from agent.model import Outcome
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
 )
 @click.option("--cluster", "cluster_name", required=True, help="The cluster to clean up.")
+@click.option("--app", "app_name", default=None, help="App of that cluster (required when it has several).")
 @click.option(
     "--manager",
     "managers",
@@ -30,19 +31,21 @@ from agent.model import Outcome
     help="Take over from this manager (glob, repeatable) instead of the detected leftovers.",
 )
 @click.option("--apply", "do_apply", is_flag=True, help="Do it (default: only show what would move).")
-def takeover(config_file: str, cluster_name: str, managers: tuple[str, ...], do_apply: bool) -> None:
+def takeover(
+    config_file: str, cluster_name: str, app_name: str | None, managers: tuple[str, ...], do_apply: bool
+) -> None:
     """Show (or with --apply do) the hand-over of Git-declared fields from leftover managers to ours."""
     from agent.reconcile.reconciler import ClusterReconciler
     from agent.reconcile.takeover import describe, run_takeover
-    from agent.source.git import GitSource
 
     cfg = load(config_file, [cluster_name], access=True)
     configure_logging(cfg)
     cluster = cfg.cluster(cluster_name)
+    (app,) = select_apps(cfg, cluster_name, app_name, command="takeover", one=True)
     reconciler = ClusterReconciler(cfg, cluster)
     try:
-        revision = GitSource.from_config(cfg).poll()
-        plan, results = run_takeover(reconciler, revision, managers, apply=do_apply)
+        revision = resolve_app(cfg, app, None)
+        plan, results = run_takeover(reconciler, revision, managers, apply=do_apply, app=app)
     except AgentError as e:
         click.echo(f"takeover failed: {e}", err=True)
         sys.exit(EXIT_FAILED)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.apply.inventory import widen
-from agent.config.types import Adopt, ConflictRule
+from agent.config.types import Adopt, AppConfig, ConflictRule
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
 from agent.model import (
@@ -268,17 +268,29 @@ def describe(plan_: TakeoverPlan, *, applied: bool) -> list[str]:
 
 
 def run_takeover(
-    reconciler: ClusterReconciler, revision: Any, named: Sequence[str], *, apply: bool
+    reconciler: ClusterReconciler,
+    revision: Any,
+    named: Sequence[str],
+    *,
+    apply: bool,
+    app: AppConfig | None = None,
 ) -> tuple[TakeoverPlan, list[ApplyResult]]:
-    """Render, read live and plan with the reconciler's own pieces; with ``apply``, widen the
-    inventory first (docs/safety.md rule 10) and take the paths over."""
-    store = reconciler.store
-    desired = reconciler.desired(reconciler.render(revision), store.id)
+    """Render, read live and plan ``app`` (default: the cluster entry's own) with the reconciler's
+    own pieces; with ``apply``, widen that app's inventory first (docs/safety.md rule 10) and take
+    the paths over."""
+    if app is None:
+        store = reconciler.store
+        desired = reconciler.desired(reconciler.render(revision), store.id)
+    else:
+        store = reconciler.store_for(reconciler.parent_of(app.name))
+        rendered = reconciler.render_app(app, revision)
+        desired = reconciler.prepare(rendered, store.id, default_namespace=app.settings.default_namespace)
+        reconciler.load_schema(desired)
     by_key = {o.key: o for o in desired}
     live = reconciler.read_live(set(by_key), desired)
     if live.errors:
         raise ClusterError(reconciler.cluster.name, "; ".join(live.errors), retryable=True)
-    options = reconciler.plan_options(store.id)
+    options = reconciler.plan_options(store.id, app=app)
     the_plan = plan_takeover(
         reconciler.cluster.name, desired, {k: live.objects.get(k) for k in by_key}, options, named
     )

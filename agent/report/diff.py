@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from agent.apply import prune as prune_stage
-from agent.config.types import ClusterConfig, Config
-from agent.errors import AgentError, ApiError
+from agent.config.types import DEFAULT_SOURCE, AppConfig, ClusterConfig, Config
+from agent.errors import AgentError, ApiError, SourceError
 from agent.model import (
     CRD_KEY,
     RECREATE,
@@ -46,7 +46,7 @@ from agent.model import (
 from agent.plan.fields import render_path
 from agent.plan.planner import PlanOptions, expected_object, plan, request_body
 from agent.reconcile.live import LiveState
-from agent.reconcile.reconciler import ClusterReconciler, render_spec
+from agent.reconcile.reconciler import ClusterReconciler, app_render_spec, render_spec
 from agent.render.renderer import render
 from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.report.model import (
@@ -139,35 +139,48 @@ def change_report(
 # -- one cluster ------------------------------------------------------------------------
 
 
-def preview_cluster(rec: ClusterReconciler, target: Revision | Path) -> ClusterReport:
-    """Plan ``target`` against ``rec``'s cluster without writing; every failure becomes a report."""
-    name = rec.cluster.name
+#: What a live diff renders: one revision, a local checkout, or each source's revision.
+Target = Revision | Path | Mapping[str, Revision]
+
+
+def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> ClusterReport:
+    """Plan ``target`` against ``rec``'s cluster (``app``: that app, named ``cluster/app`` unless
+    it is the entry's own) without writing; every failure becomes a report."""
+    name = (
+        rec.cluster.name if app is None or app.name == rec.cluster.name else f"{rec.cluster.name}/{app.name}"
+    )
     try:
-        return _preview(rec, target)
+        return replace(_preview(rec, target, app), name=name)
     except AgentError as e:
         return ClusterReport(name, error=str(e))
     except Exception as e:  # a bug planning one cluster must not lose the others' sections
         return ClusterReport(name, error=f"internal error: {type(e).__name__}: {e}")
 
 
-def _preview(rec: ClusterReconciler, target: Revision | Path) -> ClusterReport:
+def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None) -> ClusterReport:
     cluster = rec.cluster
+    spec = render_spec(cluster) if app is None else app_render_spec(app)
+    if isinstance(target, Mapping):
+        source = app.source if app is not None else DEFAULT_SOURCE
+        if source not in target:
+            raise SourceError(f"source {source!r} delivered no revision")
+        target = target[source]
     if isinstance(target, Revision):
-        desired_set = rec.render(target)
+        desired_set = rec.render_cache.render(target.tree, spec, revision=target.sha)
     else:
-        desired_set = render(target, render_spec(cluster), revision="")
-    store = rec.store
+        desired_set = render(target, spec, revision="")
+    store = rec.store if app is None else rec.store_for(rec.parent_of(app.name))
     inventory = store.load()
     notes: list[str] = []
     if inventory.suspended:
-        notes.append(
-            "the cluster is suspended (ApplySet parent annotation): nothing is applied until resumed"
-        )
-    desired = rec.desired(desired_set, store.id)
+        notes.append("the app is suspended (ApplySet parent annotation): nothing is applied until resumed")
+    default_namespace = app.settings.default_namespace if app is not None else None
+    desired = rec.prepare(desired_set, store.id, default_namespace=default_namespace)
+    rec.load_schema(desired)
     by_key = {o.key: o for o in desired}
     live = rec.read_live(set(by_key) | inventory.keys(), desired)
     notes.extend(live.errors)
-    options = rec.plan_options(store.id)
+    options = rec.plan_options(store.id, app=app)
     # An object whose listing failed has unknown live state: planned as SKIP, never as a create.
     known = {k: live.objects.get(k) for k in by_key if live.listed(k)}
     the_plan = plan(cluster.name, desired_set.revision, desired, known, options)
@@ -175,7 +188,7 @@ def _preview(rec: ClusterReconciler, target: Revision | Path) -> ClusterReport:
     secrets = secret_strings([o.manifest for o in desired] + list(live.objects.values()))
     objects = _confirm(rec, the_plan.changes, by_key, live, options, secrets)
 
-    prune_options = rec.prune_options(store.id, dry_run=True)
+    prune_options = rec.prune_options(store.id, dry_run=True, app=app)
     decision = prune_stage.decide(
         inventory, set(by_key), live.objects, live.complete, prune_options, render_empty=desired_set.empty
     )
@@ -292,23 +305,35 @@ def _prune_report(result: ApplyResult, live: LiveState, secrets: set[str]) -> Ob
 
 def run_live(
     config: Config,
-    target: Revision | Path,
+    target: Target,
     *,
     clusters: tuple[str, ...] = (),
     progress: Progress | None = None,
     reconciler_factory: ReconcilerFactory = ClusterReconciler,
+    apps: Mapping[str, Sequence[AppConfig]] | None = None,
 ) -> Report:
-    """Every selected cluster at once, each on its own thread with its pass deadline."""
+    """Every selected cluster at once, each on its own thread with its pass deadline.
+
+    ``apps``: per cluster, the apps to report (default: the entry's own app alone when it is
+    the cluster's only one, else every app, one section each, named ``cluster/app``).
+    """
     chosen = [c for c in config.clusters if not clusters or c.name in clusters]
     results: dict[str, ClusterReport] = {}
     lock = threading.Lock()
+
+    def sections(rec: ClusterReconciler) -> list[ClusterReport]:
+        wanted = list(apps.get(rec.cluster.name, ())) if apps is not None else list(rec.apps)
+        if not wanted or (len(wanted) == 1 and wanted[0].implicit and not isinstance(target, Mapping)):
+            return [preview_cluster(rec, target)]
+        return [preview_cluster(rec, target, a) for a in wanted]
 
     def work(cluster: ClusterConfig) -> None:
         if progress:
             progress.started(cluster.name)
         rec = reconciler_factory(config, cluster)
         try:
-            report = preview_cluster(rec, target)
+            parts = sections(rec)
+            report = parts[0] if len(parts) == 1 else merged(cluster.name, parts)
         finally:
             rec.close()
         with lock:
@@ -335,7 +360,10 @@ def run_live(
             if progress:
                 progress.finished(report)
         out.append(report)
-    if isinstance(target, Revision):
+    if isinstance(target, Mapping):
+        first = target.get(DEFAULT_SOURCE) or next(iter(target.values()), None)
+        revision = RevisionInfo(first.ref, first.sha) if first else RevisionInfo("")
+    elif isinstance(target, Revision):
         revision = RevisionInfo(target.ref, target.sha)
     else:
         revision = RevisionInfo(str(target))
@@ -343,9 +371,25 @@ def run_live(
     return Report(Mode.LIVE, revision, tuple(out), field_manager=", ".join(managers))
 
 
+def merged(cluster: str, parts: Sequence[ClusterReport]) -> ClusterReport:
+    """A cluster's section made of its apps' sections: each app's objects, notes and errors kept
+    under the app's name."""
+    errors = [f"{p.name}: {p.error}" for p in parts if p.error]
+    refused = [f"{p.name}: {p.prune_refused}" for p in parts if p.prune_refused]
+    return ClusterReport(
+        cluster,
+        objects=sort_objects([o for p in parts for o in p.objects]),
+        unchanged=sum(p.unchanged for p in parts),
+        error="; ".join(errors) or None,
+        prune_refused="; ".join(refused) or None,
+        notes=tuple(f"{p.name}: {n}" for p in parts for n in p.notes),
+    )
+
+
 __all__ = [
     "Progress",
     "change_report",
+    "merged",
     "new_object",
     "preview_cluster",
     "pruned_report",

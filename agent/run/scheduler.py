@@ -222,10 +222,14 @@ class Daemon:
             "clusters": clusters,
         }
 
-    def sync(self, name: str) -> tuple[int, dict[str, Any]]:
-        """``POST /sync?cluster=NAME``: a pass now (or right after the running one)."""
+    def sync(self, name: str, app: str | None = None) -> tuple[int, dict[str, Any]]:
+        """``POST /sync?cluster=NAME[&app=APP]``: a pass of every app of the cluster now (or right
+        after the running one); ``app`` is checked, and runs in that pass like the others."""
         if name not in self.fleet.status:
             return 404, {"error": f"no cluster named {name!r}"}
+        apps = self.fleet.status[name].apps
+        if app is not None and app not in apps:
+            return 404, {"error": f"cluster {name!r} has no app named {app!r} (its apps: {', '.join(apps)})"}
         if self.stopping:
             return 503, {"error": "agent shutting down"}
         if self.leases and not self.leases.holds(name):

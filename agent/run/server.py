@@ -6,7 +6,7 @@ cluster is failing (docs/safety.md rule 7: cluster failures show in ``/status``,
 metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
 the config is loaded and every source was polled once, and not while
 shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what
-``gitops-agent status`` prints); ``POST /sync?cluster=NAME`` asks for a pass
+``gitops-agent status`` prints); ``POST /sync?cluster=NAME[&app=APP]`` asks for a pass
 now (``gitops-agent sync``). Started by ``scheduler.Daemon``; the recording
 helpers are called by ``scheduler.Fleet``.
 """
@@ -244,7 +244,7 @@ class HealthServer:
         last_tick: Callable[[], float],
         ready: Callable[[], str | None],
         status: Callable[[], dict[str, Any]],
-        sync: Callable[[str], tuple[int, dict[str, Any]]] | None = None,
+        sync: Callable[..., tuple[int, dict[str, Any]]] | None = None,
         stuck_after: float = STUCK_AFTER,
     ) -> None:
         host, _, port = listen.rpartition(":")
@@ -302,10 +302,13 @@ class HealthServer:
         url = urlsplit(target)
         if url.path != "/sync" or self._sync is None:
             return 404, "text/plain", b"not found\n"
-        cluster = (parse_qs(url.query).get("cluster") or [""])[0]
+        query = parse_qs(url.query)
+        cluster = (query.get("cluster") or [""])[0]
         if not cluster:
             return 400, "application/json", b'{"error": "cluster=NAME is required"}\n'
-        code, body = self._sync(cluster)
+        apps = query.get("app")
+        # ``app`` only when asked: a handler of clusters alone keeps working.
+        code, body = self._sync(cluster, apps[0]) if apps else self._sync(cluster)
         return code, "application/json", json.dumps(body).encode()
 
     def start(self) -> None:

@@ -354,6 +354,9 @@ class PruneReason(enum.StrEnum):
     SUSPENDED = "suspended"
     #: A listing failed or was incomplete: unknown is not absent (docs/safety.md rule 1).
     UNKNOWN_STATE = "unknown-state"
+    #: Another app of the cluster did not render in this pass: what leaves this app may have
+    #: moved there (a handover), so its declarations are unknown and unknown is not absent.
+    OTHER_APP_UNKNOWN = "other-app-unknown"
     #: The render is empty and ``allow_empty`` is false (docs/safety.md rule 2).
     EMPTY_RENDER = "empty-render"
     #: ``prune = false`` for this cluster.

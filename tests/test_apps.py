@@ -348,6 +348,38 @@ def test_an_apps_render_error_fails_that_app_alone_which_applies_and_prunes_noth
     assert "good-2" in now
 
 
+def test_unknown_is_not_absent_an_object_moved_to_an_app_whose_render_fails_is_not_pruned_by_its_old_app(
+    tmp_path: Path, cluster_pool: ClusterPool, ns: str
+) -> None:
+    """A handover in the commit that breaks the receiving app: the old app holds its prune until then."""
+    a = cluster_pool["pool-a"]
+    base = {"apps/a/ns.yaml": NS.format(ns=ns), "apps/b/own.yaml": cms(ns, "b-own")}
+    repo = make_repo(tmp_path, {**base, "apps/a/data.yaml": cms(ns, "data")})
+    cfg = write_apps_config(
+        tmp_path, repo, a, [{"name": "a", "path": "apps/a"}, {"name": "b", "path": "apps/b"}]
+    )
+    agent = AppsAgent(cfg)
+    try:
+        assert all(r.ok for r in agent.reconcile().values())
+        uid = live(a, ns)["data"]["uid"]
+        broken = cms(ns, "data") + "---\nkind: [\n"
+        repo.commit({**base, "apps/b/data.yaml": broken}, "move data to b, and break b")
+        held = agent.reconcile()
+        repo.commit({**base, "apps/b/data.yaml": cms(ns, "data")}, "fix b")
+        handed = agent.reconcile()
+    finally:
+        agent.close()
+    assert held["b"].reason is FailureReason.RENDER, held["b"]
+    refusal = held["a"].prune_refusal
+    assert refusal is not None and refusal.reason is PruneReason.OTHER_APP_UNKNOWN, held["a"]
+    assert "b" in refusal.message and held["a"].count(Outcome.PRUNED) == 0
+    assert handed["a"].ok and handed["b"].ok and handed["a"].count(Outcome.PRUNED) == 0, handed
+    now = live(a, ns)
+    assert now["data"]["uid"] == uid, "the moved object was deleted and re-created"
+    assert now["data"]["part_of"] == app_id(cfg, "b")
+    assert members(cfg, a, "a") == {ObjectKey("", "Namespace", "", ns)}
+
+
 def test_handover_of_ten_objects_from_one_app_to_another_keeps_every_uid(
     tmp_path: Path, cluster_pool: ClusterPool, ns: str
 ) -> None:

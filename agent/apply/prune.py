@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +117,13 @@ def decide(
     options: PruneOptions,
     *,
     render_empty: bool,
+    unknown_apps: Sequence[str] = (),
 ) -> PruneDecision:
-    """Pure: which inventory members that left Git may go, and which guard stops the rest."""
+    """Pure: which inventory members that left Git may go, and which guard stops the rest.
+
+    ``unknown_apps``: other apps of the cluster whose render failed in this pass; an object
+    leaving this app may be declared there, so nothing leaves until they render again.
+    """
     d = PruneDecision()
     leaving = sorted(k for k in inventory.members if k not in desired)
     if not leaving:
@@ -129,6 +134,12 @@ def decide(
             PruneReason.UNKNOWN_STATE,
             f"not pruning: the live listing of {', '.join(incomplete)} failed or was incomplete"
             " (unknown is not absent)",
+        )
+    elif unknown_apps:
+        d.refusal = PruneRefusal(
+            PruneReason.OTHER_APP_UNKNOWN,
+            f"not pruning: app(s) {', '.join(unknown_apps)} of this cluster did not render in this pass,"
+            " and what leaves this app may have moved there (unknown is not absent)",
         )
     elif render_empty and not options.allow_empty:
         d.refusal = PruneRefusal(

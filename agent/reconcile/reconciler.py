@@ -445,6 +445,8 @@ class ClusterReconciler(ClusterStages):
         # What another app declares is never this app's to delete, declared here or not.
         others = {k for k, decl in shared.declared.items() if any(r is not run for r, _ in decl)}
         prune_options = self.prune_options(store.id, dry_run, run.app)
+        # An app whose render failed declares something unknown: what leaves this app may be there.
+        unknown = sorted(r.name for r in shared.runs.values() if r is not run and r.desired_set is None)
         decision = prune_stage.decide(
             inventory,
             set(by_key) | others,
@@ -452,6 +454,7 @@ class ClusterReconciler(ClusterStages):
             live.complete,
             prune_options,
             render_empty=run.desired_set.empty,
+            unknown_apps=unknown,
         )
         if decision.refusal:
             refusal = decision.refusal

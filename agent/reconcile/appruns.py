@@ -78,6 +78,19 @@ class Shared:
                     self.declared.setdefault(obj.key, []).append((run, obj))
             for key in run.members:
                 self.recorded.setdefault(key, []).append(run)
+        self._all_declared = set(self.declared)
+        self._sole: dict[str, set[ObjectKey]] = {}
+        for key, decl in self.declared.items():
+            if len(decl) == 1:
+                self._sole.setdefault(decl[0][0].name, set()).add(key)
+
+    def declared_by_others(self, run: AppRun) -> set[ObjectKey]:
+        """What an app other than ``run`` declares in this pass (never ``run``'s to delete).
+
+        Every declared key less those ``run`` alone declares, both counted once per pass: asking
+        each key, for each app, who declares it was a quarter of a 100-app pass.
+        """
+        return self._all_declared - self._sole.get(run.name, set())
 
     def release(self, parent: str, key: ObjectKey) -> None:
         """``key`` leaves ``parent``'s inventory when the pass settles (another app holds it now)."""

@@ -443,7 +443,7 @@ class ClusterReconciler(ClusterStages):
         live = shared.live
         assert live is not None
         # What another app declares is never this app's to delete, declared here or not.
-        others = {k for k, decl in shared.declared.items() if any(r is not run for r, _ in decl)}
+        others = shared.declared_by_others(run)
         prune_options = self.prune_options(store.id, dry_run, run.app)
         # An app whose render failed declares something unknown: what leaves this app may be there.
         unknown = sorted(r.name for r in shared.runs.values() if r is not run and r.desired_set is None)

@@ -459,7 +459,9 @@ class RenderCache:
     several clusters ask for it at the same time.
     """
 
-    def __init__(self, max_entries: int = 64, *, revisions_per_spec: int = 2) -> None:
+    DEFAULT_ENTRIES = 64
+
+    def __init__(self, max_entries: int = DEFAULT_ENTRIES, *, revisions_per_spec: int = 2) -> None:
         self.max_entries = max_entries
         self.revisions_per_spec = revisions_per_spec
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()

@@ -85,7 +85,7 @@ class Fleet:
         self._factory = reconciler_factory
         #: One cache for every cluster: clusters serving the same paths and vars share one render
         #: (and one copy of its objects); it outlives reconcilers replaced after a deadline or a reload.
-        self.render_cache = RenderCache()
+        self.render_cache = RenderCache(_cache_entries(config))
         self.identities = IdentityBook()
         self._slots = {c.name: self._slot(c) for c in config.clusters}
         self._closing = threading.Event()
@@ -417,6 +417,7 @@ class Fleet:
         old = self._slots
         new_names = {c.name for c in config.clusters}
         previous_config, self.config = self.config, config
+        self.render_cache.max_entries = _cache_entries(config)
         added: list[str] = []
         removed: list[str] = []
         changed: list[str] = []
@@ -459,3 +460,9 @@ class Fleet:
     def close(self) -> None:
         for slot in self._slots.values():
             slot.reconciler.close()
+
+
+def _cache_entries(config: Config) -> int:
+    """Room for two revisions of every app's render: with fewer entries than apps, each pass
+    evicted renders the next app needed, and every steady pass re-rendered every app."""
+    return max(RenderCache.DEFAULT_ENTRIES, 2 * len(config.apps))

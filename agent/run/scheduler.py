@@ -2,7 +2,8 @@
 
 ``Daemon`` drives a ``fleet.Fleet``: one poll job per source an app uses (a
 ``SourceSet``), each at its own ``poll_interval`` on an executor of its own, whose
-new revision triggers the clusters with an app on that source; one reconcile job per
+new revision triggers the clusters with an app on that source, where each app renders
+its own source's latest revision (a failing source's last good one); one reconcile job per
 cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
 cluster never holds a worker another cluster needs), triggered by a new
 revision, by ``sync`` and by the drift interval (its apps' shortest; coalescing,
@@ -21,7 +22,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,6 +43,7 @@ from agent.config.types import (
 )
 from agent.errors import ConfigError
 from agent.model import PassState, Revision
+from agent.reconcile.apps import cluster_apps
 from agent.run.fleet import Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
@@ -169,23 +171,15 @@ class Daemon:
             return self._shut
         return self.leases.may_write(name) if self.leases else None
 
-    @property
-    def revision(self) -> Revision | None:
-        """The revision the fleet's passes render: the default source's (see ``_fleet_source``)."""
-        name = self._fleet_source()
-        return self.revisions.get(name) if name else None
+    def _sources_of(self, cluster: str) -> dict[str, str]:
+        """App → its source, for the apps of ``cluster`` (none for a cluster not in the config)."""
+        entry = next((c for c in self.config.clusters if c.name == cluster), None)
+        return {a.name: a.source for a in cluster_apps(self.config, entry)} if entry else {}
 
-    def _fleet_source(self) -> str | None:
-        """The one source a pass renders from until passes take a revision per source.
-
-        The default source, which every implicit app uses; without one, the first polled
-        source, so that clusters are reconciled as before apps (a config without a default
-        source has no implicit app, and the fleet renders no app of its own yet).
-        """
-        names = self.sources.names
-        if DEFAULT_SOURCE in names:
-            return DEFAULT_SOURCE
-        return names[0] if names else None
+    def _shas(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Source → the sha of its latest revision (None: none yet), for ``names``."""
+        with self._source_lock:
+            return {n: (r.sha if (r := self.revisions.get(n)) else None) for n in names}
 
     def _sources_json(self) -> list[dict[str, Any]]:
         out = []
@@ -203,6 +197,8 @@ class Daemon:
         return out
 
     def status_json(self) -> dict[str, Any]:
+        """``GET /status``. Its top-level ``revision`` is the default source's (each app's own
+        is in its row, each source's in ``sources``)."""
         clusters = []
         for name, st in self.fleet.status.items():
             for d in st.rows():  # one row per (cluster, app)
@@ -213,7 +209,7 @@ class Daemon:
         return {
             "agent": self.config.agent.name,
             "replica": self.leases.s.identity if self.leases else None,
-            "revision": self.revision.sha if self.revision else None,
+            "revision": self._shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
             "source_error": "; ".join(self.source_errors.values()) or None,
             "sources": self._sources_json(),
             "config_error": self.config_error,
@@ -241,7 +237,8 @@ class Daemon:
         return 202, {
             "cluster": name,
             "next_run": _iso(when),
-            "revision": self.revision.sha if self.revision else None,
+            "revision": self._shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
+            "revisions": self._shas(sorted(set(self._sources_of(name).values()))),
         }
 
     # -- jobs ---------------------------------------------------------------------
@@ -352,14 +349,22 @@ class Daemon:
                     )
             self.source_attempted = self.source_attempted or set(sources.names) <= self._polled
         for cluster in self.fleet.names():
-            hit = sorted({a.source for a in self.config.apps_of(cluster)} & moved)
+            hit = sorted(set(self._sources_of(cluster).values()) & moved)
             if hit:
                 revs = ", ".join(f"{n} {self.revisions[n].short}" for n in hit)
                 self._schedule(cluster, datetime.now(UTC), f"new revision {revs}")
 
     def reconcile(self, name: str) -> None:
-        rev = self.revision
-        if rev is None or self.stopping or name not in self.fleet.status:
+        """One scheduled pass of ``name``: each app renders its own source's latest revision (a
+        failing source's last good one). An app whose source was never polled waits for that
+        first poll, which triggers the cluster; nothing runs before any of its sources delivered."""
+        if self.stopping or name not in self.fleet.status:
+            return
+        with self._source_lock:
+            revisions = dict(self.revisions)
+            polled = set(self._polled)
+        sources = self._sources_of(name)
+        if not set(sources.values()) & revisions.keys():
             return
         st = self.fleet.status[name]
         if self.leases is not None and not self.leases.holds(name):
@@ -371,10 +376,15 @@ class Daemon:
             forced = name in self._forced
             self._forced.discard(name)
         opts = self.opts
-        due = None if forced else self.fleet.due_apps(name, rev, base=opts.backoff_base, cap=opts.backoff_cap)
-        if due is not None and not due:
+        if forced:
+            due = list(st.apps)
+        else:
+            due = self.fleet.due_apps(name, revisions, base=opts.backoff_base, cap=opts.backoff_cap)
+        heard = polled | revisions.keys()
+        due = [a for a in due if sources.get(a) in heard]
+        if not due:
             return  # woken for an app that is not due after all (its interval or backoff not over)
-        results = self.fleet.run_apps(name, rev, apps=due)
+        results = self.fleet.run_apps(name, revisions, apps=due)
         if self.stopping:
             return
         now = datetime.now(UTC)
@@ -392,8 +402,12 @@ class Daemon:
                 retry_in=round(delay, 2),
             )
             self._schedule(name, now + timedelta(seconds=delay), f"backoff after {failures} failure(s)")
-        elif self.revision is not None and self.revision.sha != rev.sha:
-            self._schedule(name, now, "new revision arrived during the pass")
+        else:
+            used = sorted(set(sources.values()))
+            before = {n: (r.sha if (r := revisions.get(n)) else None) for n in used}
+            moved = [n for n, sha in self._shas(used).items() if sha != before[n]]
+            if moved:
+                self._schedule(name, now, f"new revision of {', '.join(moved)} arrived during the pass")
 
     def _schedule(self, name: str, when: datetime, why: str) -> datetime:
         """Run ``name`` at ``when``; while its job runs, the request waits for the job's end."""
@@ -440,7 +454,7 @@ class Daemon:
         if st is not None:
             st.holder = self.leases.holder(name) if self.leases else ""
             st.state = st.state if held else PassState.STANDBY
-        if held and self.revision is not None and not self.stopping:
+        if held and self.revisions and not self.stopping:
             with self._lock:
                 self._forced.add(name)
             self._schedule(name, datetime.now(UTC), "lease acquired")
@@ -498,7 +512,7 @@ class Daemon:
                 )
         if self.leases is not None:
             self.leases.set_clusters(self.fleet.names())
-        if self.revision is not None:
+        if self.revisions:
             # Refused entries too: removing or re-pointing the entry they collided with lifts the
             # refusal, and they should not wait out their backoff to find out.
             refused = [n for n, st in self.fleet.status.items() if st.state is PassState.REFUSED]

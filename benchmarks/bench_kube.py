@@ -271,7 +271,8 @@ def run_size(
                     lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v2), ok=(1,)),
                     client="children",
                 )
-                errors = [c.error for c in report.value.clusters if c.error]
+                clusters = report.value.clusters
+                errors = [e for c in clusters for e in (c.error, *(p.error for p in c.apps)) if e]
                 if errors:
                     raise RuntimeError(f"diff report of {n}: {errors}")
                 shown = sum(len(c.objects) for c in report.value.clusters)

@@ -106,7 +106,7 @@ def test_render_and_offline_diff_work_with_a_config_whose_kubeconfigs_are_absent
     )  # fmt: skip
     assert offline.exit_code == 1, offline.stderr
     report = json.loads(offline.stdout)
-    assert [o["action"] for o in report["clusters"][0]["objects"]] == ["prune"]
+    assert [o["action"] for o in report["clusters"][0]["apps"][0]["objects"]] == ["prune"]
 
 
 @pytest.mark.parametrize(

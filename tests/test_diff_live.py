@@ -65,7 +65,7 @@ def run_diff(*args: str) -> tuple[Result, dict[str, Any]]:
 
 def objects(doc: dict[str, Any], cluster: str) -> dict[str, dict[str, Any]]:
     section = next(c for c in doc["clusters"] if c["name"] == cluster)
-    return {o["key"]: o for o in section["objects"]}
+    return {o["key"]: o for a in section["apps"] for o in a["objects"]}
 
 
 def applied(tmp_path: Path, pool: ClusterPool, files: dict[str, str], **kw: Any) -> tuple[Repo, Config]:
@@ -172,7 +172,7 @@ def test_mass_deletion_brake_a_prune_the_brake_would_stop_is_shown_as_refused(
     result, doc = run_diff("--config", cfg.file)
     assert result.exit_code == 1, result.output
     section = doc["clusters"][0]
-    assert "mass-deletion brake" in section["pruneRefused"]
+    assert "mass-deletion brake" in section["apps"][0]["pruneRefused"]
     found = objects(doc, "pool-a")
     for i in (1, 2):
         assert found[f"ConfigMap/{ns}/cm{i}"]["action"] == "keep"
@@ -222,15 +222,16 @@ def test_each_cluster_alone_a_stopped_cluster_gets_an_error_section_the_other_is
     assert result.exit_code == 2, result.output
     a, b = doc["clusters"]
     assert (a["name"], b["name"]) == ("pool-a", "pool-b")
-    assert "connection refused" in b["error"] and b["objects"] == []
-    assert a["error"] is None
+    (b_app,) = b["apps"]
+    assert "connection refused" in b_app["error"] and b_app["objects"] == []
+    assert a["error"] is None and a["apps"][0]["error"] is None
     # A namespace created by this change: its objects cannot be dry-run yet, and that is no error.
-    assert {o["key"]: o["action"] for o in a["objects"]} == {
+    assert {o["key"]: o["action"] for o in a["apps"][0]["objects"]} == {
         f"Namespace/{ns}": "create",
         f"ConfigMap/{ns}/settings": "create",
         f"Deployment.apps/{ns}/web": "create",
     }
-    assert all(o["error"] is None for o in a["objects"])
+    assert all(o["error"] is None for o in a["apps"][0]["objects"])
     assert "namespace" in objects(doc, "pool-a")[f"ConfigMap/{ns}/settings"]["note"]
 
     md = CliRunner().invoke(diff, ["--config", cfg.file, "--format", "markdown"])

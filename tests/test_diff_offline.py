@@ -89,7 +89,8 @@ def run(*args: str) -> tuple[Result, dict[str, Any]]:
 
 
 def by_key(doc: dict[str, Any], cluster: str) -> dict[str, dict[str, Any]]:
-    return {o["key"]: o for o in next(c for c in doc["clusters"] if c["name"] == cluster)["objects"]}
+    section = next(c for c in doc["clusters"] if c["name"] == cluster)
+    return {o["key"]: o for a in section["apps"] for o in a["objects"]}
 
 
 def test_offline_reports_added_changed_and_removed_objects_between_two_commits(tmp_path: Path) -> None:
@@ -179,7 +180,7 @@ def test_offline_a_cluster_that_does_not_render_gets_an_error_section_the_others
     repo.commit({**HEAD_FILES, "clusters/beta/app.yaml": "kind: ConfigMap\nmetadata: [broken\n"}, "oops")
     result, doc = run("--repo", str(repo.path), "--base", base, "--head", "main")
     assert result.exit_code == 2, result.output
-    beta = next(c for c in doc["clusters"] if c["name"] == "beta")
+    (beta,) = next(c for c in doc["clusters"] if c["name"] == "beta")["apps"]
     assert beta["error"].startswith("head revision") and "clusters/beta/app.yaml" in beta["error"]
     assert len(by_key(doc, "alpha")) == 3
 

@@ -42,7 +42,7 @@ def big_report(n: int = 200) -> Report:
             )
         )
     clusters = (
-        ClusterReport("one", objects=sort_objects(objs)),
+        ClusterReport.single("one", objects=sort_objects(objs)),
         ClusterReport("two", error="cluster 'two': connection refused"),
     )
     return Report(Mode.LIVE, RevisionInfo("main", "f" * 40), clusters)
@@ -70,7 +70,7 @@ def test_a_single_huge_diff_is_clipped_with_a_note() -> None:
     after = {**before, "data": {f"k{i}": "v" * 50 for i in range(2000)}}
     text, fields = diff_objects(before, after, from_label="a", to_label="b")
     obj = new_object(ObjectKey("", "ConfigMap", "", "x"), "v1", ObjectAction.UPDATE, diff=text, fields=fields)
-    report = Report(Mode.LIVE, RevisionInfo("main"), (ClusterReport("one", objects=(obj,)),))
+    report = Report(Mode.LIVE, RevisionInfo("main"), (ClusterReport.single("one", objects=(obj,)),))
     out = render.render_markdown(report, max_size=10000)
     assert len(out) <= 10000 and "diff truncated" in out and "Report truncated" in out
 
@@ -94,7 +94,7 @@ def test_progress_shows_each_cluster_as_it_finishes() -> None:
 
 
 def test_exit_codes_are_those_of_kubectl_diff() -> None:
-    same = Report(Mode.LIVE, RevisionInfo("x"), (ClusterReport("a", unchanged=3),))
+    same = Report(Mode.LIVE, RevisionInfo("x"), (ClusterReport.single("a", unchanged=3),))
     assert same.exit_code == 0
     assert big_report(1).exit_code == 2
     changed = Report(Mode.LIVE, RevisionInfo("x"), (big_report(1).clusters[0],))

@@ -12,7 +12,10 @@ namespace/CRD holder checks), after the guards (brake, unknown state) decided.
 
 A rejected object is an error on that object and the rest of the report is
 complete; a cluster that cannot be reached, rendered or listed is an error
-section of its own. The diff of each object is made by
+section of its own. Each app of a cluster is previewed alone (``preview_app``)
+and gets its own part of the cluster's section; ``flag_app_conflicts`` then
+flags an object two apps declare in both parts, as the cluster pass decides it.
+The diff of each object is made by
 ``diff_fields.diff_objects`` (which masks Secrets) from the live object to
 the dry-run result; ``scrub`` keeps Secret values out of error messages.
 """
@@ -23,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +35,7 @@ from agent.config.types import DEFAULT_SOURCE, AppConfig, ClusterConfig, Config
 from agent.errors import AgentError, ApiError, SourceError
 from agent.model import (
     CRD_KEY,
+    PART_OF,
     RECREATE,
     RECREATE_ON_IMMUTABLE,
     Action,
@@ -45,12 +49,15 @@ from agent.model import (
 )
 from agent.plan.fields import render_path
 from agent.plan.planner import PlanOptions, expected_object, plan, request_body
+from agent.reconcile.apps import Declared, assign
 from agent.reconcile.live import LiveState
 from agent.reconcile.reconciler import ClusterReconciler, app_render_spec, render_spec
 from agent.render.renderer import render
 from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.report.model import (
     ACTION_ORDER,
+    AppConflictLine,
+    AppReport,
     ClusterReport,
     ConflictLine,
     FieldChange,
@@ -143,21 +150,34 @@ def change_report(
 Target = Revision | Path | Mapping[str, Revision]
 
 
-def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> ClusterReport:
-    """Plan ``target`` against ``rec``'s cluster (``app``: that app, named ``cluster/app`` unless
-    it is the entry's own) without writing; every failure becomes a report."""
-    name = (
-        rec.cluster.name if app is None or app.name == rec.cluster.name else f"{rec.cluster.name}/{app.name}"
-    )
+@dataclass(frozen=True)
+class Preview:
+    """One app's report, with what cross-app checks need: the objects it declares and which
+    of them its own ApplySet holds live."""
+
+    report: AppReport
+    declared: Mapping[ObjectKey, DesiredObject] = field(default_factory=dict)
+    held: frozenset[ObjectKey] = frozenset()
+
+
+def preview_app(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> Preview:
+    """Plan ``target`` for ``app`` (default: the cluster entry's own) on ``rec``'s cluster
+    without writing; every failure becomes the app's report."""
+    name = rec.cluster.name if app is None else app.name
     try:
-        return replace(_preview(rec, target, app), name=name)
+        return _preview(rec, target, app, name)
     except AgentError as e:
-        return ClusterReport(name, error=str(e))
-    except Exception as e:  # a bug planning one cluster must not lose the others' sections
-        return ClusterReport(name, error=f"internal error: {type(e).__name__}: {e}")
+        return Preview(AppReport(name, error=str(e)))
+    except Exception as e:  # a bug planning one app must not lose the others' sections
+        return Preview(AppReport(name, error=f"internal error: {type(e).__name__}: {e}"))
 
 
-def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None) -> ClusterReport:
+def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> ClusterReport:
+    """One app's plan as its cluster's section (see ``run_live`` for a cluster's every app)."""
+    return ClusterReport(rec.cluster.name, (preview_app(rec, target, app).report,))
+
+
+def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name: str) -> Preview:
     cluster = rec.cluster
     spec = render_spec(cluster) if app is None else app_render_spec(app)
     if isinstance(target, Mapping):
@@ -195,13 +215,82 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None) -> C
     prune_refused = decision.refused
     for result in prune_stage.execute(rec.client, decision, prune_options):
         objects.append(_prune_report(result, live, secrets))
-    return ClusterReport(
-        cluster.name,
+    held = frozenset(
+        k
+        for k in by_key
+        if (((live.objects.get(k) or {}).get("metadata") or {}).get("labels") or {}).get(PART_OF) == store.id
+    )
+    report = AppReport(
+        name,
         objects=sort_objects(objects),
         unchanged=sum(1 for c in the_plan.changes if c.action is Action.NOOP),
         prune_refused=prune_refused,
         notes=tuple(notes),
     )
+    return Preview(report, by_key, held)
+
+
+def flag_app_conflicts(previews: Sequence[Preview], *, skip_others: bool) -> tuple[AppReport, ...]:
+    """Each object two or more of one cluster's apps declare, flagged in every declaring app's
+    report naming the other app and both files; the app that manages it is decided as the
+    cluster pass decides (``reconcile.apps.assign``: its ApplySet's holder, else the first in
+    config order). ``skip_others`` (live): the others' entries become the SKIP the pass makes."""
+    declarers: dict[ObjectKey, list[int]] = {}
+    for i, p in enumerate(previews):
+        for key in p.declared:
+            declarers.setdefault(key, []).append(i)
+    reports = [p.report for p in previews]
+    names = [p.report.name for p in previews]
+    for key, idx in sorted(declarers.items()):
+        if len(idx) < 2:
+            continue
+        holder = next((names[i] for i in idx if key in previews[i].held), None)
+        decl = [Declared(names[i], previews[i].declared[key].provenance.file) for i in idx]
+        verdict = assign(key, decl, holder, names)
+        for i in idx:
+            lines = tuple(
+                AppConflictLine(c.holder, c.holder_file, c.other, c.other_file)
+                for c in verdict.conflicts
+                if names[i] in (c.holder, c.other)
+            )
+            skip = skip_others and names[i] != verdict.owner
+            why = (
+                f"not written by this app: app {verdict.owner!r} manages it"
+                if verdict.owner
+                else verdict.reason
+            )
+            reports[i] = _flagged(reports[i], previews[i].declared[key], lines, why, skip=skip)
+    return tuple(reports)
+
+
+def _flagged(
+    report: AppReport, obj: DesiredObject, lines: tuple[AppConflictLine, ...], reason: str, *, skip: bool
+) -> AppReport:
+    """``report`` with ``obj``'s entry carrying ``lines`` (added when the object had no change)."""
+    objects = list(report.objects)
+    unchanged = report.unchanged
+    at = next((n for n, o in enumerate(objects) if _key_of(o) == obj.key), None)
+    if at is not None and not skip:
+        objects[at] = replace(objects[at], app_conflicts=lines)
+    else:
+        entry = new_object(
+            obj.key,
+            obj.api_version,
+            ObjectAction.SKIP,
+            source=str(obj.provenance),
+            reason=reason if skip else "no change",
+            app_conflicts=lines,
+        )
+        if at is None:
+            unchanged = max(0, unchanged - 1)
+            objects.append(entry)
+        else:
+            objects[at] = entry
+    return replace(report, objects=sort_objects(objects), unchanged=unchanged)
+
+
+def _key_of(o: ObjectReport) -> ObjectKey:
+    return ObjectKey(o.group, o.kind, o.namespace, o.name)
 
 
 def _confirm(
@@ -314,26 +403,25 @@ def run_live(
 ) -> Report:
     """Every selected cluster at once, each on its own thread with its pass deadline.
 
-    ``apps``: per cluster, the apps to report (default: the entry's own app alone when it is
-    the cluster's only one, else every app, one section each, named ``cluster/app``).
+    ``apps``: per cluster, the apps to report (default: every app of the cluster, in config
+    order); each cluster's section holds one part per app, conflicts between them flagged.
     """
     chosen = [c for c in config.clusters if not clusters or c.name in clusters]
     results: dict[str, ClusterReport] = {}
     lock = threading.Lock()
 
-    def sections(rec: ClusterReconciler) -> list[ClusterReport]:
+    def sections(rec: ClusterReconciler) -> tuple[AppReport, ...]:
         wanted = list(apps.get(rec.cluster.name, ())) if apps is not None else list(rec.apps)
         if not wanted or (len(wanted) == 1 and wanted[0].implicit and not isinstance(target, Mapping)):
-            return [preview_cluster(rec, target)]
-        return [preview_cluster(rec, target, a) for a in wanted]
+            return (preview_app(rec, target).report,)
+        return flag_app_conflicts([preview_app(rec, target, a) for a in wanted], skip_others=True)
 
     def work(cluster: ClusterConfig) -> None:
         if progress:
             progress.started(cluster.name)
         rec = reconciler_factory(config, cluster)
         try:
-            parts = sections(rec)
-            report = parts[0] if len(parts) == 1 else merged(cluster.name, parts)
+            report = ClusterReport(cluster.name, sections(rec))
         finally:
             rec.close()
         with lock:
@@ -371,26 +459,13 @@ def run_live(
     return Report(Mode.LIVE, revision, tuple(out), field_manager=", ".join(managers))
 
 
-def merged(cluster: str, parts: Sequence[ClusterReport]) -> ClusterReport:
-    """A cluster's section made of its apps' sections: each app's objects, notes and errors kept
-    under the app's name."""
-    errors = [f"{p.name}: {p.error}" for p in parts if p.error]
-    refused = [f"{p.name}: {p.prune_refused}" for p in parts if p.prune_refused]
-    return ClusterReport(
-        cluster,
-        objects=sort_objects([o for p in parts for o in p.objects]),
-        unchanged=sum(p.unchanged for p in parts),
-        error="; ".join(errors) or None,
-        prune_refused="; ".join(refused) or None,
-        notes=tuple(f"{p.name}: {n}" for p in parts for n in p.notes),
-    )
-
-
 __all__ = [
+    "Preview",
     "Progress",
     "change_report",
-    "merged",
+    "flag_app_conflicts",
     "new_object",
+    "preview_app",
     "preview_cluster",
     "pruned_report",
     "run_live",

@@ -10,7 +10,10 @@ are masked by ``diff_fields.diff_objects`` like in live mode.
 Which clusters: the ``--config`` file's clusters (paths, variables, Helm
 settings, excludes; their kubeconfigs need not exist: nothing here connects),
 or without one, by convention every directory ``clusters/<name>/`` found at
-either revision, rendered without variables.
+either revision, rendered without variables. Each cluster's apps (``[[apps]]``, or the
+entry's own) are rendered and compared separately, one part of the section each; an
+object two apps of one cluster declare at the head revision is flagged in both parts,
+naming the other app and both files (``diff.flag_app_conflicts``).
 A cluster path that does not exist at the base revision counts as empty
 there (the change adds it); at the head revision it is an error, as the
 agent would report it. Each cluster fails alone (its own error section).
@@ -22,14 +25,22 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.config.types import ClusterConfig, ClusterSettings, Config, SourceConfig
+from agent.config.types import AppConfig, ClusterConfig, ClusterSettings, Config, SourceConfig, implicit_app
 from agent.errors import AgentError
 from agent.model import DesiredObject, DesiredSet, Revision
-from agent.reconcile.reconciler import render_spec
+from agent.reconcile.reconciler import app_render_spec
 from agent.render.renderer import RenderSpec, render
-from agent.report.diff import new_object, sort_objects
+from agent.report.diff import Preview, flag_app_conflicts, new_object, sort_objects
 from agent.report.diff_fields import diff_objects
-from agent.report.model import ClusterReport, Mode, ObjectAction, ObjectReport, Report, RevisionInfo
+from agent.report.model import (
+    AppReport,
+    ClusterReport,
+    Mode,
+    ObjectAction,
+    ObjectReport,
+    Report,
+    RevisionInfo,
+)
 from agent.source.git import GitSource
 
 CONVENTION_DIR = "clusters"
@@ -60,17 +71,28 @@ def _render_at(tree: Path, spec: RenderSpec, *, base: bool, revision: str) -> De
     return render(tree, spec, revision=revision)
 
 
-def compare_cluster(cluster: ClusterConfig, base: Revision, head: Revision) -> ClusterReport:
-    """One cluster's added/changed/removed objects between two checked-out revisions."""
-    spec = render_spec(cluster)
+def compare_cluster(
+    cluster: ClusterConfig, base: Revision, head: Revision, apps: Sequence[AppConfig] = ()
+) -> ClusterReport:
+    """One cluster's section: per app (default: the entry's own), its added/changed/removed
+    objects between two checked-out revisions; an object two apps declare at the head is
+    flagged in both apps' parts."""
+    chosen = list(apps) or [implicit_app(cluster, ())]
+    previews = [compare_app(a, base, head) for a in chosen]
+    return ClusterReport(cluster.name, flag_app_conflicts(previews, skip_others=False))
+
+
+def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
+    """One app's added/changed/removed objects; it fails alone (its own error)."""
+    spec = app_render_spec(app)
     try:
         before = _render_at(base.tree, spec, base=True, revision=base.sha)
     except AgentError as e:
-        return ClusterReport(cluster.name, error=f"base revision {base.short}: {e}")
+        return Preview(AppReport(app.name, error=f"base revision {base.short}: {e}"))
     try:
         after = _render_at(head.tree, spec, base=False, revision=head.sha)
     except AgentError as e:
-        return ClusterReport(cluster.name, error=f"head revision {head.short}: {e}")
+        return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     old = {o.key: o for o in before.objects}
     new = {o.key: o for o in after.objects}
     objects: list[ObjectReport] = []
@@ -101,7 +123,8 @@ def compare_cluster(cluster: ClusterConfig, base: Revision, head: Revision) -> C
                 reason=_moved(b, a),
             )
         )
-    return ClusterReport(cluster.name, objects=sort_objects(objects), unchanged=unchanged)
+    report = AppReport(app.name, objects=sort_objects(objects), unchanged=unchanged)
+    return Preview(report, new)
 
 
 def _moved(b: DesiredObject | None, a: DesiredObject | None) -> str:
@@ -133,7 +156,9 @@ def run_offline(
     notes: tuple[str, ...] = ()
     if config is None:
         notes = (f"clusters by convention: `{CONVENTION_DIR}/<name>/` (no --config given)",)
-    reports = tuple(compare_cluster(c, base, head) for c in chosen)
+    reports = tuple(
+        compare_cluster(c, base, head, config.apps_of(c.name) if config is not None else ()) for c in chosen
+    )
     return Report(
         Mode.OFFLINE,
         RevisionInfo(head_ref, head.sha),
@@ -143,4 +168,4 @@ def run_offline(
     )
 
 
-__all__ = ["compare_cluster", "convention_clusters", "run_offline"]
+__all__ = ["compare_app", "compare_cluster", "convention_clusters", "run_offline"]

@@ -7,9 +7,10 @@ where the diffs were made). Called by ``gitops-agent diff`` (``agent.cli.diff``)
 Markdown starts with ``COMMENT_MARKER`` (CI scripts find and update their one
 comment by it), a summary table (cluster by created/updated/pruned/conflicts/
 errors) and then, per cluster, one collapsible ``<details>`` section per
-object. ``max_size`` (GitHub's 65,536 characters by default) is kept by
-dropping or clipping detail sections, never the summary, with a note saying
-how much was left out.
+object, under a heading per app unless the cluster's only app is the one named
+after it (then it reads as before apps existed). ``max_size`` (GitHub's 65,536
+characters by default) is kept by dropping or clipping detail sections, never
+the summary, with a note saying how much was left out.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from collections.abc import Callable
 
 import click
 
-from agent.report.model import ClusterReport, ConflictLine, Mode, ObjectAction, ObjectReport, Report, to_json
+from agent.report.model import (
+    AppReport,
+    ClusterReport,
+    ConflictLine,
+    Mode,
+    ObjectAction,
+    ObjectReport,
+    Report,
+    to_json,
+)
 
 COMMENT_MARKER = "<!-- gitops-agent-diff -->"
 GITHUB_MAX = 65536
@@ -54,10 +64,25 @@ def conflict_text(c: ConflictLine) -> str:
 def status_text(c: ClusterReport) -> str:
     if c.error:
         return "error: " + c.error.strip().splitlines()[0]
+    failed = [a for a in c.apps if a.error]
+    if failed:
+        a = failed[0]
+        where = "" if c.implicit_only else f"app {a.name}: "
+        more = f" (+{len(failed) - 1} app(s))" if len(failed) > 1 else ""
+        return f"error: {where}" + (a.error or "").strip().splitlines()[0] + more
     if c.errors:
         return f"{c.errors} object(s) rejected"
-    if c.prune_refused:
-        return "prune refused: " + c.prune_refused.splitlines()[0]
+    refused = [
+        (a.prune_refused.splitlines() or [""])[0] if c.implicit_only else f"{a.name}: " + a.prune_refused
+        for a in c.apps
+        if a.prune_refused
+    ]
+    if refused:
+        return (
+            "prune refused: "
+            + refused[0].splitlines()[0]
+            + (f" (+{len(refused) - 1} app(s))" if len(refused) > 1 else "")
+        )
     return "changes" if c.has_differences else "no changes"
 
 
@@ -126,7 +151,32 @@ def markdown_summary(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _markdown_body(report: Report, a: AppReport, what: str) -> list[str]:
+    lines: list[str] = []
+    if a.error:
+        lines += [
+            f"**Error** — nothing could be planned for this {what}:",
+            "",
+            "```",
+            a.error.strip(),
+            "```",
+            "",
+        ]
+    if a.prune_refused:
+        lines += [f"> **Prune refused:** {_line(a.prune_refused, 2000)}", ""]
+    lines += [f"> {_line(n, 1000)}" for n in a.notes]
+    if not a.error and not a.objects:
+        lines.append(
+            "No changes." if report.mode is Mode.OFFLINE else f"No changes ({a.unchanged} unchanged)."
+        )
+    elif not a.error and a.unchanged:
+        lines.append(f"{a.unchanged} object(s) unchanged.")
+    return lines
+
+
 def markdown_cluster_head(report: Report, c: ClusterReport) -> str:
+    """The cluster's heading; a cluster whose only app is named after it shows that app's
+    errors and notes right here, as before apps existed."""
     lines = ["", f"#### {_line(c.name)}", ""]
     if c.error:
         lines += [
@@ -137,16 +187,16 @@ def markdown_cluster_head(report: Report, c: ClusterReport) -> str:
             "```",
             "",
         ]
-    if c.prune_refused:
-        lines += [f"> **Prune refused:** {_line(c.prune_refused, 2000)}", ""]
-    lines += [f"> {_line(n, 1000)}" for n in c.notes]
-    if not c.error and not c.objects:
-        lines.append(
-            "No changes." if report.mode is Mode.OFFLINE else f"No changes ({c.unchanged} unchanged)."
-        )
-    elif not c.error and c.unchanged:
-        lines.append(f"{c.unchanged} object(s) unchanged.")
+    if c.implicit_only and c.apps:
+        lines += _markdown_body(report, c.apps[0], "cluster")
+    elif lines[-1] == "":
+        lines.pop()  # each app's heading opens with its own blank line
     return "\n".join(lines) + "\n"
+
+
+def markdown_app_head(report: Report, a: AppReport) -> str:
+    """One app's heading under its cluster's (clusters with apps other than their own)."""
+    return "\n".join(["", f"##### App `{a.name}`", "", *_markdown_body(report, a, "app")]) + "\n"
 
 
 def markdown_object(report: Report, o: ObjectReport, *, diff_limit: int | None = None) -> str:
@@ -182,9 +232,10 @@ def markdown_object(report: Report, o: ObjectReport, *, diff_limit: int | None =
         lines += ["", f"{fence}diff", diff, fence]
         if clipped:
             lines.append("_(diff truncated to respect the size limit)_")
-    if o.conflicts or o.released:
+    if o.conflicts or o.released or o.app_conflicts:
         lines.append("")
     lines += [f"- ⚠️ conflict: {_line(conflict_text(c), 1000)}" for c in o.conflicts]
+    lines += [f"- ⚠️ app conflict: {_line(c.text(), 1000)}" for c in o.app_conflicts]
     for r in o.released:
         fate = "removed by the server" if r.removed else "kept: another manager co-owns it"
         lines.append(f"- released: `{r.path}` ({fate})")
@@ -201,16 +252,23 @@ def render_markdown(report: Report, *, max_size: int = GITHUB_MAX) -> str:
     shown = 0
     clipped = False
     stopped = False
+    # One block per app: the first of a cluster carries the cluster's heading.
+    blocks: list[tuple[str, tuple[ObjectReport, ...]]] = []
     for c in report.clusters:
+        blocks.append((markdown_cluster_head(report, c), ()))
+        if not c.implicit_only:
+            blocks += [(markdown_app_head(report, a), a.objects) for a in c.apps]
+        else:
+            blocks += [("", a.objects) for a in c.apps]
+    for head, objects in blocks:
         if stopped:
             break
-        head = markdown_cluster_head(report, c)
         if len(head) > budget:
             stopped = True
             break
         parts.append(head)
         budget -= len(head)
-        for o in c.objects:
+        for o in objects:
             section = markdown_object(report, o)
             if len(section) <= budget:
                 parts.append(section)
@@ -263,13 +321,18 @@ def render_text(report: Report, *, color: bool = False) -> str:
         lines += ["", style(f"== {c.name} ==", bold=True)]
         if c.error:
             lines.append(style(f"error: {c.error}", fg="red"))
-        if c.prune_refused:
-            lines.append(style(f"prune refused: {c.prune_refused}", fg="yellow"))
-        lines.extend(f"note: {n}" for n in c.notes)
-        if not c.error and not c.objects:
-            lines.append("no changes")
-        for o in c.objects:
-            lines.extend(_text_object(report, o, style))
+        for a in c.apps:
+            if not c.implicit_only:
+                lines += ["", style(f"-- app {a.name} --", bold=True)]
+            if a.error:
+                lines.append(style(f"error: {a.error}", fg="red"))
+            if a.prune_refused:
+                lines.append(style(f"prune refused: {a.prune_refused}", fg="yellow"))
+            lines.extend(f"note: {n}" for n in a.notes)
+            if not a.error and not a.objects:
+                lines.append("no changes")
+            for o in a.objects:
+                lines.extend(_text_object(report, o, style))
     return "\n".join(lines) + "\n"
 
 
@@ -297,6 +360,7 @@ def _text_object(report: Report, o: ObjectReport, style: Callable[..., str]) -> 
         else:
             lines.append("  " + line)
     lines.extend("  " + style("conflict: " + conflict_text(c), fg="magenta") for c in o.conflicts)
+    lines.extend("  " + style("app conflict: " + c.text(), fg="magenta") for c in o.app_conflicts)
     for r in o.released:
         lines.append(f"  released: {r.path} ({'removed by the server' if r.removed else 'kept: co-owned'})")
     return lines

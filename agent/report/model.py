@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Exit codes, as ``kubectl diff``: 0 no differences, 1 differences, 2 an error.
 EXIT_SAME = 0
@@ -98,6 +98,22 @@ class ReleasedField:
 
 
 @dataclass(frozen=True)
+class AppConflictLine:
+    """An object two apps of one cluster declare: ``holder`` manages it, ``other`` leaves it alone."""
+
+    holder: str
+    holder_file: str
+    other: str
+    other_file: str
+
+    def text(self) -> str:
+        return (
+            f"declared by app {self.holder!r} ({self.holder_file}) and app {self.other!r}"
+            f" ({self.other_file}); {self.holder!r} manages it, {self.other!r} leaves it alone"
+        )
+
+
+@dataclass(frozen=True)
 class ObjectReport:
     """One object's entry in a cluster's report."""
 
@@ -119,6 +135,8 @@ class ObjectReport:
     note: str = ""
     #: The server (or a guard) refused this object: the real apply would fail here.
     error: str | None = None
+    #: Other apps of the cluster declaring this object too (shown in both apps' sections).
+    app_conflicts: tuple[AppConflictLine, ...] = ()
 
     @property
     def key(self) -> str:
@@ -128,12 +146,12 @@ class ObjectReport:
 
     @property
     def is_difference(self) -> bool:
-        return self.action is not ObjectAction.SKIP or self.error is not None
+        return self.action is not ObjectAction.SKIP or self.error is not None or bool(self.app_conflicts)
 
 
 @dataclass(frozen=True)
-class ClusterReport:
-    """One cluster's section; ``error`` set means it could not be planned (objects then empty)."""
+class AppReport:
+    """One app's part of a cluster's section; ``error`` set means it could not be planned."""
 
     name: str
     objects: tuple[ObjectReport, ...] = ()
@@ -148,7 +166,8 @@ class ClusterReport:
 
     @property
     def conflicts(self) -> int:
-        return sum(len(o.conflicts) for o in self.objects)
+        """Field conflicts with other managers plus objects another app declares too."""
+        return sum(len(o.conflicts) + len(o.app_conflicts) for o in self.objects)
 
     @property
     def errors(self) -> int:
@@ -157,6 +176,59 @@ class ClusterReport:
     @property
     def has_differences(self) -> bool:
         return any(o.is_difference for o in self.objects)
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "created": self.count(ObjectAction.CREATE),
+            "updated": self.count(ObjectAction.UPDATE),
+            "pruned": self.count(ObjectAction.PRUNE),
+            "conflicts": self.conflicts,
+            "errors": self.errors,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """One cluster's section: its apps' parts in config order (a config without ``[[apps]]``
+    has one app named after the cluster). ``error``: the cluster as a whole could not be
+    planned (timed out); each app's own failures are on the app."""
+
+    name: str
+    apps: tuple[AppReport, ...] = ()
+    error: str | None = None
+
+    @classmethod
+    def single(cls, name: str, **app: Any) -> ClusterReport:
+        """A cluster whose one app is named after it (the implicit app of a ``[[clusters]]`` entry)."""
+        return cls(name, (AppReport(name, **app),))
+
+    @property
+    def implicit_only(self) -> bool:
+        """True when the cluster's only app is the one named after it: shown without app headings."""
+        return len(self.apps) <= 1 and all(a.name == self.name for a in self.apps)
+
+    @property
+    def objects(self) -> tuple[ObjectReport, ...]:
+        return tuple(o for a in self.apps for o in a.objects)
+
+    @property
+    def unchanged(self) -> int:
+        return sum(a.unchanged for a in self.apps)
+
+    def count(self, action: ObjectAction) -> int:
+        return sum(a.count(action) for a in self.apps)
+
+    @property
+    def conflicts(self) -> int:
+        return sum(a.conflicts for a in self.apps)
+
+    @property
+    def errors(self) -> int:
+        return sum(a.errors for a in self.apps) + (1 if self.error else 0)
+
+    @property
+    def has_differences(self) -> bool:
+        return any(a.has_differences for a in self.apps)
 
     def totals(self) -> dict[str, int]:
         return {
@@ -238,6 +310,21 @@ def _object_json(o: ObjectReport) -> dict[str, Any]:
             for c in o.conflicts
         ],
         "released": [{"path": r.path, "removed": r.removed} for r in o.released],
+        "appConflicts": [
+            {"holder": c.holder, "holderFile": c.holder_file, "other": c.other, "otherFile": c.other_file}
+            for c in o.app_conflicts
+        ],
+    }
+
+
+def _app_json(a: AppReport) -> dict[str, Any]:
+    return {
+        "name": a.name,
+        "error": a.error,
+        "pruneRefused": a.prune_refused,
+        "notes": list(a.notes),
+        "summary": {**a.totals(), "unchanged": a.unchanged},
+        "objects": [_object_json(o) for o in a.objects],
     }
 
 
@@ -260,10 +347,8 @@ def to_json(report: Report) -> dict[str, Any]:
             {
                 "name": c.name,
                 "error": c.error,
-                "pruneRefused": c.prune_refused,
-                "notes": list(c.notes),
                 "summary": {**c.totals(), "unchanged": c.unchanged},
-                "objects": [_object_json(o) for o in c.objects],
+                "apps": [_app_json(a) for a in c.apps],
             }
             for c in report.clusters
         ],

@@ -84,11 +84,15 @@ class RenderError(AgentError):
     failure_reason = FailureReason.RENDER
 
     def __init__(
-        self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = ""
+        self, problems: list[RenderProblem] | tuple[RenderProblem, ...], *, cluster: str = "", app: str = ""
     ) -> None:
         self.problems = tuple(problems)
         self.cluster = cluster
-        head = f"render of cluster {cluster!r} failed" if cluster else "render failed"
+        self.app = app
+        if app and app != cluster:
+            head = f"render of app {app!r} on cluster {cluster!r} failed"
+        else:
+            head = f"render of cluster {cluster!r} failed" if cluster else "render failed"
         body = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"{head} ({len(self.problems)} problem(s)):\n{body}")
 

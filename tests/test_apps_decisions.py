@@ -11,15 +11,18 @@ import pytest
 
 from agent.config.load import load_config
 from agent.config.types import Adopt, Config
+from agent.errors import RenderError, RenderProblem
 from agent.model import (
     PART_OF,
     Action,
     AppConflict,
+    ApplyResult,
     ClusterResult,
     DesiredObject,
     Failure,
     FailureReason,
     ObjectKey,
+    Outcome,
     PassState,
     Provenance,
     Revision,
@@ -213,3 +216,24 @@ def test_the_summary_has_an_app_column_once_a_config_has_apps_and_names_both_app
     assert "apps/infra/a.yaml" in text and "apps/web/b.yaml" in text
     only_clusters = format_summary([ClusterResult("c", "1" * 40, app="c")])
     assert only_clusters.splitlines()[0].split()[:2] == ["CLUSTER", "REVISION"]
+
+
+def test_the_summary_names_an_object_left_to_another_set_so_ok_never_hides_it() -> None:
+    key = ObjectKey("apps", "Deployment", "default", "guestbook-ui")
+    why = "belongs to another set (applyset.kubernetes.io/part-of=applyset-x-v1); adopt = if-unowned refuses"
+    skipped = ClusterResult(
+        "prod", "1" * 40, app="guestbook", results=[ApplyResult(key, Outcome.SKIPPED, why)]
+    )
+    text = format_summary([skipped])
+    assert f"prod/guestbook: {key}: skipped: {why}" in text.splitlines()
+
+
+def test_an_apps_render_error_names_the_app_and_its_cluster() -> None:
+    problem = RenderProblem("helm-guestbook", "helm chart directory has no Chart.yaml")
+    assert str(RenderError([problem], cluster="prod", app="helm")).startswith(
+        "render of app 'helm' on cluster 'prod' failed"
+    )
+    # A cluster entry's own app is named after the entry: the message is the one before apps.
+    assert str(RenderError([problem], cluster="prod", app="prod")).startswith(
+        "render of cluster 'prod' failed"
+    )

@@ -195,6 +195,7 @@ class ClusterReconciler(ClusterStages):
             run.desired_set = self.render_app(run.app, run.revision)
         except RenderError as e:
             if run.due:
+                e = RenderError(e.problems, cluster=self.cluster.name, app=run.name)  # name the app
                 run.result.failure = e.failure()
                 run.finished = True
                 log.error(

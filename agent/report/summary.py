@@ -22,7 +22,7 @@ def _status(r: ClusterResult) -> str:
 
 
 def format_summary(results: list[ClusterResult]) -> str:
-    """One row per (cluster, app), then each failed object and each object two apps declare.
+    """One row per (cluster, app), then each failed or skipped object and each object two apps declare.
 
     The APP column is there when an app is not a cluster entry's own (named after the entry):
     a config without `[[apps]]` prints the table it printed before apps.
@@ -52,6 +52,9 @@ def format_summary(results: list[ClusterResult]) -> str:
         for res in r.results:
             if res.outcome is Outcome.FAILED:
                 lines.append(f"  {where}: {res.key}: HTTP {res.status}: {res.message}")
+            elif res.outcome is Outcome.SKIPPED and res.message:
+                # Not written, and not failed: "ok" alone would hide an object left to another set.
+                lines.append(f"  {where}: {res.key}: skipped: {res.message}")
         for c in r.conflicts:
             lines.append(f"  {where}: conflict: {c}")
     return "\n".join(lines)

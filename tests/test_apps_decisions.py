@@ -222,7 +222,7 @@ def test_the_summary_names_an_object_left_to_another_set_so_ok_never_hides_it() 
     key = ObjectKey("apps", "Deployment", "default", "guestbook-ui")
     why = "belongs to another set (applyset.kubernetes.io/part-of=applyset-x-v1); adopt = if-unowned refuses"
     skipped = ClusterResult(
-        "prod", "1" * 40, app="guestbook", results=[ApplyResult(key, Outcome.SKIPPED, why)]
+        "prod", "1" * 40, app="guestbook", results=[ApplyResult(key, Outcome.SKIPPED, message=why)]
     )
     text = format_summary([skipped])
     assert f"prod/guestbook: {key}: skipped: {why}" in text.splitlines()

@@ -225,7 +225,7 @@ def test_the_summary_names_an_object_left_to_another_set_so_ok_never_hides_it() 
         "prod", "1" * 40, app="guestbook", results=[ApplyResult(key, Outcome.SKIPPED, message=why)]
     )
     text = format_summary([skipped])
-    assert f"prod/guestbook: {key}: skipped: {why}" in text.splitlines()
+    assert f"  prod/guestbook: {key}: skipped: {why}" in text.splitlines()
 
 
 def test_an_apps_render_error_names_the_app_and_its_cluster() -> None:

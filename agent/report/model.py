@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 SCHEMA_VERSION = 2
 
@@ -149,6 +149,27 @@ class ObjectReport:
         return self.action is not ObjectAction.SKIP or self.error is not None or bool(self.app_conflicts)
 
 
+class _Part(Protocol):
+    """An app's or a cluster's part of a report, as its summary row reads it."""
+
+    @property
+    def conflicts(self) -> int: ...
+    @property
+    def errors(self) -> int: ...
+    def count(self, action: ObjectAction) -> int: ...
+
+
+def _totals(part: _Part) -> dict[str, int]:
+    """The summary row of an app's or a cluster's part: one spelling for both."""
+    return {
+        "created": part.count(ObjectAction.CREATE),
+        "updated": part.count(ObjectAction.UPDATE),
+        "pruned": part.count(ObjectAction.PRUNE),
+        "conflicts": part.conflicts,
+        "errors": part.errors,
+    }
+
+
 @dataclass(frozen=True)
 class AppReport:
     """One app's part of a cluster's section; ``error`` set means it could not be planned."""
@@ -178,13 +199,7 @@ class AppReport:
         return any(o.is_difference for o in self.objects)
 
     def totals(self) -> dict[str, int]:
-        return {
-            "created": self.count(ObjectAction.CREATE),
-            "updated": self.count(ObjectAction.UPDATE),
-            "pruned": self.count(ObjectAction.PRUNE),
-            "conflicts": self.conflicts,
-            "errors": self.errors,
-        }
+        return _totals(self)
 
 
 @dataclass(frozen=True)
@@ -231,13 +246,7 @@ class ClusterReport:
         return any(a.has_differences for a in self.apps)
 
     def totals(self) -> dict[str, int]:
-        return {
-            "created": self.count(ObjectAction.CREATE),
-            "updated": self.count(ObjectAction.UPDATE),
-            "pruned": self.count(ObjectAction.PRUNE),
-            "conflicts": self.conflicts,
-            "errors": self.errors,
-        }
+        return _totals(self)
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,13 @@ class Agent:
         return self.source.poll()
 
     def reconcile(self, *, dry_run: bool = False) -> dict[str, ClusterResult]:
-        return {r.cluster: r for r in self.fleet.reconcile_all(self.revision(), dry_run=dry_run)}
+        """One pass; each cluster's result (a cluster with several apps: use ``appkit.AppsAgent``)."""
+        results = self.fleet.reconcile_all(self.revision(), dry_run=dry_run)
+        by_cluster = {r.cluster: r for r in results}
+        assert len(by_cluster) == len(results), (
+            "several apps on one cluster: keyed by cluster, some would be lost"
+        )
+        return by_cluster
 
     def tracked(self, cluster: str = "pool-a") -> set[ObjectKey]:
         return tracked(self.config, cluster)

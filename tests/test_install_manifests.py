@@ -35,7 +35,7 @@ from agent.dev.demo import write_config as write_demo_config
 from agent.dev.process import LocalCluster
 from agent.model import ClusterResult, Outcome
 from agent.render.binaries import tool
-from tests.agentkit import E2E, make_repo, unique, write_config
+from tests.agentkit import E2E, Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
 from tests.waiting import wait_for
 
@@ -362,6 +362,11 @@ def by_name(result: ClusterResult) -> dict[str, str]:
     return {f"{r.key.kind}/{r.key.name}": r.outcome.value for r in result.results}
 
 
+def every_app(agent: Agent, cluster: str) -> list[ClusterResult]:
+    """One pass; the results of every app of ``cluster`` (the sample serves two apps on demo-a)."""
+    return [r for r in agent.fleet.reconcile_all(agent.revision()) if r.cluster == cluster]
+
+
 @pytest.mark.cluster
 def test_cluster_rbac_is_enough_to_apply_and_prune_the_sample_repository(
     tmp_path: Path, fresh_cluster: Any, cluster_ctl: ClusterControl, e2e: E2E
@@ -374,20 +379,23 @@ def test_cluster_rbac_is_enough_to_apply_and_prune_the_sample_repository(
     state = tmp_path / "state"
     state.mkdir()
     agent = e2e.agent(load_config(write_demo_config(state, repo, {"demo-a": kc})))
-    first = agent.reconcile()["demo-a"]
-    assert first.ok, (first.error, by_name(first))
-    assert first.count(Outcome.CREATED) == len(first.results) >= 5
+    first = every_app(agent, "demo-a")
+    assert [r.app for r in first] == ["infra", "web"]
+    assert all(r.ok for r in first), [(r.app, r.error, by_name(r)) for r in first]
+    created = [x for r in first for x in r.results]
+    assert all(x.outcome is Outcome.CREATED for x in created) and len(created) >= 5, created
     assert exists(c.kubeconfig, "configmap", "legacy-settings", "-n", "demo")
 
     commit_directory(repo, SAMPLE / "v2", "v2: drop legacy-settings, add feature-flags")
-    second = agent.reconcile()["demo-a"]
-    assert second.ok, (second.error, by_name(second))
-    assert by_name(second)["ConfigMap/legacy-settings"] == Outcome.PRUNED
-    assert by_name(second)["ConfigMap/feature-flags"] == Outcome.CREATED
-    assert not second.prune_refused
+    second = every_app(agent, "demo-a")
+    assert all(r.ok and not r.prune_refused for r in second), [(r.app, r.error, by_name(r)) for r in second]
+    outcomes = {name: outcome for r in second for name, outcome in by_name(r).items()}
+    assert outcomes["ConfigMap/legacy-settings"] == Outcome.PRUNED
+    assert outcomes["ConfigMap/feature-flags"] == Outcome.CREATED
     assert not exists(c.kubeconfig, "configmap", "legacy-settings", "-n", "demo")
-    parent = get(c.kubeconfig, "configmap", "gitops-agent", "-n", AGENT_NS)
-    assert parent["metadata"]["labels"]["applyset.kubernetes.io/id"].startswith("applyset-")
+    for app in ("infra", "web"):  # each app's own ApplySet parent, readable with the cluster RBAC
+        parent = get(c.kubeconfig, "configmap", f"gitops-agent.{app}", "-n", AGENT_NS)
+        assert parent["metadata"]["labels"]["applyset.kubernetes.io/id"].startswith("applyset-")
 
 
 ALLOWED = """

@@ -93,11 +93,32 @@ def controllers_paused(*clusters: LocalCluster) -> Iterator[None]:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
+        for c in clusters:
+            _settle(c)
         yield
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+
+def _settle(cluster: LocalCluster, *, quiet: float = 0.2, timeout: float = 15.0) -> None:
+    """Wait until requests a paused controller sent before SIGSTOP have been served.
+
+    The server counts a request when it ends, so a namespace deletion already under way (its
+    DELETE collection calls) would otherwise land in the next count. Settled is two scrapes
+    ``quiet`` seconds apart that differ by nothing (no counter moves, so there is no event to wait
+    on; a request in flight for longer than that is not one a paused controller sends).
+    """
+    deadline = time.monotonic() + timeout
+    before = scrape(cluster)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        after = scrape(cluster)
+        if not difference(before, after).total:
+            return
+        before = after
+    raise RuntimeError(f"{cluster.name}: the API server still served requests {timeout:.0f} s after pausing")
 
 
 # -- request counts at the server --------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Locate the pinned external binaries (kube-apiserver, etcd, kubectl, kustomize, helm).
 
-``scripts/install-control-plane`` builds them into ``~/.cache/gitops-agent/bin-<key>``;
+``scripts/install-control-plane`` builds them into ``~/.cache/gitops-agent/bin-<key>``, and
+``scripts/install-go-tools`` the other pinned Go tools into ``~/.cache/gitops-agent/go-tools/``;
 the render stage, the local control plane and the tests find them here. The
 ``kubectl`` on a machine's PATH is usually not the pinned one, so PATH is only
 the last resort, and only for kustomize/helm (a container image ships them there).
@@ -56,11 +57,23 @@ def cache_clear() -> None:
     _found.clear()
 
 
+def go_tool(name: str) -> Path | None:
+    """The newest build of a tool ``scripts/install-go-tools`` installs (sops, test oracles)."""
+    builds = sorted(
+        (p / name for p in (cache_root() / "go-tools").glob(f"{name}-*") if not p.name.endswith(".partial")),
+        key=lambda p: p.stat().st_mtime if p.exists() else 0.0,
+        reverse=True,
+    )
+    return next((b for b in builds if b.is_file()), None)
+
+
 def tool(name: str, *, install: bool = False) -> Path:
     """Absolute path of a pinned tool; raises ``LocalClusterError`` naming the fix."""
     d = bin_dir(install=install)
     if d is not None and (d / name).is_file():
         return d / name
+    if found_go := go_tool(name):
+        return found_go
     if name in PATH_FALLBACK and (found := shutil.which(name)):
         return Path(found)
     raise LocalClusterError(

@@ -8,7 +8,8 @@ them are plain JSON-compatible dicts, the one shape Kubernetes speaks.
 Results are typed all the way to their readers: why a pass failed is a
 ``Failure`` (a ``FailureReason``, the state it leaves, a message for people),
 why it pruned nothing a ``PruneRefusal``, what an object's message is about a
-``Note``. Metrics, ``/status``, Events and the CLI read these fields; nothing
+``Note``, how far it rolled out a ``Health`` (``HealthState``, and the ``Blocker`` that holds
+it up). Metrics, ``/status``, Events and the CLI read these fields; nothing
 classifies a message by its text.
 """
 
@@ -465,6 +466,86 @@ class ClusterResult:
         return self.count(Outcome.FAILED)
 
 
+class HealthState(enum.StrEnum):
+    """How far an object (or an app) has rolled out: kstatus's names, plus ``Suspended``.
+
+    ``agent.plan.health`` decides it per object; ``worst`` orders it for an app:
+    Failed > Unknown > NotFound > Terminating > InProgress > Suspended > Current.
+    """
+
+    #: Rolled out: what Git declares is running as declared.
+    CURRENT = "Current"
+    #: On its way: the controller has not caught up yet (or cannot say why it has not).
+    IN_PROGRESS = "InProgress"
+    #: Will not get there without a change: a kind rule, ``Stalled=True``, or the wait timed out.
+    FAILED = "Failed"
+    #: Paused on purpose (a paused Deployment, a suspended Job or CronJob): nothing to wait for.
+    SUSPENDED = "Suspended"
+    #: Cannot be told: a malformed status, a custom check that did not evaluate.
+    UNKNOWN = "Unknown"
+    #: Being deleted (``metadata.deletionTimestamp``).
+    TERMINATING = "Terminating"
+    #: Not in the cluster, though it was applied: the follower's word, never ``assess``'s.
+    NOT_FOUND = "NotFound"
+
+
+class HealthCause(enum.StrEnum):
+    """Where a reported ``Health`` comes from: the object's status, or the wait around it."""
+
+    #: The object's own status, as ``assess`` read it.
+    OBSERVED = "observed"
+    #: Failed, but not yet for ``health_debounce`` seconds: reported InProgress (a flap is no alarm).
+    DEBOUNCING = "debouncing"
+    #: Still not Current when ``health_timeout`` ran out: reported Failed.
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """The object that holds a rollout up, and why, in the server's own words.
+
+    ``reason`` is the word the server or controller wrote (``ImagePullBackOff``,
+    ``BackoffLimitExceeded``, ``Unschedulable``, a condition's reason); ``message`` its text.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+    message: str = ""
+
+    def __str__(self) -> str:
+        said = f" ({self.message})" if self.message else ""
+        return f"{self.kind} {self.name}: {self.reason}{said}"
+
+
+@dataclass(frozen=True)
+class Health:
+    """One object's (or one app's) health: ``state`` and ``reason`` for machines, ``message`` for people.
+
+    ``reason`` is one CamelCase word from the rule that decided (``LessAvailable``,
+    ``ProgressDeadlineExceeded``, a condition's reason); ``blocker`` names what holds the
+    rollout up when it is known (a Pod of a Deployment, the Job itself).
+    """
+
+    state: HealthState
+    message: str
+    blocker: Blocker | None = None
+    reason: str = ""
+    cause: HealthCause = HealthCause.OBSERVED
+
+    def describe(self) -> str:
+        """One line: ``Failed: Pod web-7d9f-abcde: ImagePullBackOff (Back-off pulling image "nope")``.
+
+        The message comes first unless the blocker already says it (an object blocking itself).
+        """
+        if self.blocker is None:
+            return f"{self.state}: {self.message}"
+        if self.message in ("", self.blocker.message, self.blocker.reason):
+            return f"{self.state}: {self.blocker}"
+        return f"{self.state}: {self.message.rstrip('.')}; {self.blocker}"
+
+
 # -- Names on objects: every label and annotation key the agent reads or writes ---------------
 # One home, so the planner, apply, prune, the inventory and the Leases never spell one twice.
 
@@ -490,6 +571,9 @@ DISABLED = "disabled"
 #: Users' annotations: fields to take over whatever the rules say; fields never to compare.
 FORCE_FIELDS = "gitops-agent.io/force-fields"
 IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
+#: Users' annotation: leave the object out of health ("ignore").
+HEALTH = "gitops-agent.io/health"
+HEALTH_IGNORE = "ignore"
 #: Users' annotation: delete and re-create the object when an immutable field changes.
 RECREATE = "gitops-agent.io/recreate"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"

@@ -329,6 +329,18 @@ class ClusterReconciler(ClusterStages):
             obj_live = live.get(key)
             part_of = ((obj_live or {}).get("metadata") or {}).get("labels", {}).get(PART_OF)
             holder = shared.holders.get(part_of) if part_of else None
+            if len(decl) == 1 and (holder is None or holder[0] == decl[0][0].name):
+                # The common case, as ``assign`` decides it (its sole declarer manages it), without
+                # building its arguments: most of a steady pass is this line for every object.
+                owner, obj = decl[0]
+                if holder is not None:
+                    shared.release_stale(key, owner)
+                if owner.active:
+                    todo.setdefault(owner.name, []).append(obj)
+                    assert owner.store is not None
+                    if holder is not None and holder[1] != owner.store.name:
+                        extra[key] = (holder[1], ())
+                continue
             a = assign(
                 key,
                 [Declared(r.name, o.provenance.file) for r, o in decl],

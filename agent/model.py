@@ -549,6 +549,47 @@ class Health:
         return f"{self.state}: {self.message.rstrip('.')}; {self.blocker}"
 
 
+@dataclass(frozen=True)
+class AppHealth:
+    """One app's health at one revision, as the wait after its pass last read it.
+
+    Reported beside the pass result, not inside it: a pass ends when its writes are accepted,
+    a rollout later ("applied, degraded" is an app whose pass is ``ok`` and health ``Failed``).
+    """
+
+    app: str
+    revision: str
+    health: Health
+    #: The wait ended: every object Current, Suspended or (debounced, timed out) Failed.
+    done: bool
+    objects: int = 0
+    current: int = 0
+    #: Seconds since the wait on this revision began.
+    waited: float = 0.0
+    #: Requests this wait has made so far (the cost the benchmarks count).
+    reads: int = 0
+
+    @property
+    def state(self) -> HealthState:
+        return self.health.state
+
+    def to_json(self) -> dict[str, Any]:
+        h = self.health
+        return {
+            "state": h.state.value,
+            "reason": h.reason,
+            "cause": h.cause.value,
+            "message": h.message,
+            "blocker": str(h.blocker) if h.blocker else None,
+            "revision": self.revision,
+            "done": self.done,
+            "objects": self.objects,
+            "current": self.current,
+            "waited": round(self.waited, 1),
+            "reads": self.reads,
+        }
+
+
 # -- Names on objects: every label and annotation key the agent reads or writes ---------------
 # One home, so the planner, apply, prune, the inventory and the Leases never spell one twice.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -28,6 +29,7 @@ from agent.cli.common import (
 )
 from agent.config.types import LogFormat, LogLevel, choices
 from agent.errors import AgentError, LocalClusterError, RenderError, SourceError
+from agent.model import HealthState
 from agent.report.summary import format_summary
 
 _LOG_FORMATS = click.Choice(choices(LogFormat))
@@ -54,7 +56,12 @@ def main(log_format: str | None, log_level: str | None) -> None:
 @click.option(
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
 )
-@click.option("--once", is_flag=True, help="One pass over every cluster, then exit (0 all ok, 1 any failed).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="One pass over every cluster (and the rollouts of apps with wait), then exit "
+    "(0 all ok, 1 any failed or any rollout Failed).",
+)
 @click.option("--dry-run", is_flag=True, help="With --once: every write sent with dryRun=All.")
 @click.option("--cluster", "clusters", multiple=True, help="With --once: only these clusters (repeatable).")
 @click.option("--log-format", type=_LOG_FORMATS, default=None)
@@ -90,9 +97,13 @@ def run(
     chosen = [a for a in cfg.apps if not clusters or a.cluster in clusters]
     revisions = poll_sources(cfg, chosen)
     results = fleet.reconcile_all(revisions, dry_run=dry_run, only=clusters or None)
-    click.echo(format_summary(results))
+    if not dry_run:  # apps with `wait`: until their rollouts end (each within its health_timeout)
+        results = fleet.health.settle(revisions, results, threading.Event())
+    health = fleet.health.latest()
+    click.echo(format_summary(results, health))
     fleet.close()
-    sys.exit(0 if all(r.ok for r in results) else EXIT_FAILED)
+    degraded = any(h.state is HealthState.FAILED for h in health.values())
+    sys.exit(0 if all(r.ok for r in results) and not degraded else EXIT_FAILED)
 
 
 # -- render ---------------------------------------------------------------------

@@ -72,6 +72,10 @@ CONFLICT_RETRIES: Final = 3
 SCHEDULER_TICK: Final = 1.0
 #: Fraction of a cluster's interval (and of a backoff delay) added at random.
 SCHEDULE_JITTER: Final = 0.1
+#: Seconds between health reads while an app's wait goes on: the first soon after the pass,
+#: doubling while nothing changes, up to the second (a debounce or timeout ending comes sooner).
+HEALTH_POLL_MIN: Final = 1.0
+HEALTH_POLL_MAX: Final = 10.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ exception that could reach another cluster.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -32,11 +33,13 @@ from agent.model import (
     PART_OF,
     Action,
     AppConflict,
+    AppHealth,
     Change,
     ClusterResult,
     DesiredObject,
     Failure,
     FailureReason,
+    HealthState,
     Manifest,
     ObjectKey,
     Outcome,
@@ -58,6 +61,7 @@ from agent.reconcile.apps import (
     revisions_of,
     with_dependencies,
 )
+from agent.reconcile.follow import Follows
 from agent.reconcile.live import GroupKind
 from agent.reconcile.stages import ClientFactory, ClusterStages, SameCluster, app_render_spec, render_spec
 from agent.reconcile.verdicts import NoopMemo, Verdict
@@ -90,6 +94,10 @@ class ClusterReconciler(ClusterStages):
         self._memos: dict[str, NoopMemo] = {}
         #: App → the revision of its last successful pass (``depends_on`` reads it).
         self.succeeded: dict[str, str] = {}
+        #: The waits of apps with ``wait`` set, stepped by ``step_health``.
+        self.follows = Follows()
+        #: App → the revision whose wait ended Current (``depends_on`` reads it for an app that waits).
+        self.healthy: dict[str, str] = {}
 
     # -- the pass ---------------------------------------------------------------
 
@@ -399,6 +407,37 @@ class ClusterReconciler(ClusterStages):
             run.result.failure = e.failure()
             log.error("app failed", app=run.name, error=str(e))
         run.finished = True
+        if not dry_run:
+            self._begin_wait(run)
+
+    def _begin_wait(self, run: AppRun) -> None:
+        """After an app's successful pass, follow its rollout (``wait``); else forget any follow."""
+        if not run.app.settings.wait or not run.result.ok or run.store is None or run.revision is None:
+            self.follows.drop(run.name)
+            return
+        self.follows.begin(run.app, run.revision.sha, run.store.id, run.result.results, time.monotonic())
+
+    def step_health(self, now: float | None = None) -> list[AppHealth]:
+        """One read of every wait that is due; what each app's health is now."""
+        now = time.monotonic() if now is None else now
+        out = []
+        for follow in self.follows.pending(now):
+            try:
+                health = self.follows.step(self.client, follow, now)
+            except AgentError as e:  # unreachable now: the wait goes on, read again later
+                self.follows.postpone(follow, now)
+                log.warning("health not read", cluster=self.cluster.name, app=follow.app, error=str(e))
+                continue
+            if health.done and health.state is HealthState.CURRENT:
+                self.healthy[health.app] = health.revision
+            elif health.state is not HealthState.CURRENT:
+                self.healthy.pop(health.app, None)
+            out.append(health)
+        return out
+
+    def next_health_step(self) -> float | None:
+        """When ``step_health`` has something to read next (``time.monotonic``); None: no wait."""
+        return self.follows.next_step(time.monotonic())
 
     def _waiting(self, run: AppRun, runs: Mapping[str, AppRun]) -> tuple[str, ...]:
         """The dependencies whose last pass at their current revision did not succeed."""
@@ -411,6 +450,8 @@ class ClusterReconciler(ClusterStages):
                 ok = dep.finished and dep.result.state is PassState.OK
             else:
                 ok = dep.revision is not None and self.succeeded.get(name) == dep.revision.sha
+            if ok and dep.app.settings.wait:  # applied is not enough: rolled out at that revision
+                ok = dep.revision is not None and self.healthy.get(name) == dep.revision.sha
             if not ok:
                 out.append(name)
         return tuple(out)

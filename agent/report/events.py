@@ -1,4 +1,5 @@
-"""Kubernetes Events on an app's ApplySet parent for objects that failed or were pruned.
+"""Kubernetes Events on an app's ApplySet parent for objects that failed or were pruned, and for
+the end of a wait on its rollout (``HealthFailed`` naming the blocker, ``HealthCurrent``).
 
 Called by ``fleet.Fleet`` after each (non-dry-run) pass, once per app, with that
 cluster's own client: ``kubectl describe configmap <parent> -n <namespace>``
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +27,7 @@ import structlog
 
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
-from agent.model import ApplyResult, ClusterResult, Note, Outcome
+from agent.model import AppHealth, ApplyResult, ClusterResult, HealthState, Note, Outcome
 
 log = structlog.get_logger("gitops_agent.events")
 
@@ -55,6 +57,15 @@ def reportable(result: ClusterResult) -> list[ApplyResult]:
     return [r for r in result.results if r.outcome in _REASONS]
 
 
+@dataclass(frozen=True)
+class _Pass:
+    """What an Event names besides its object: the cluster, the app and the revision."""
+
+    cluster: str
+    app: str
+    revision: str
+
+
 def emit(
     client: KubeClient,
     result: ClusterResult,
@@ -68,25 +79,17 @@ def emit(
     items = reportable(result)
     if not items or result.dry_run:
         return 0
-    try:
-        parent = client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{parent_name}")
-    except ApiError as e:
-        log.info("no events: ApplySet parent not readable", cluster=result.cluster, error=str(e))
+    ref = _parent_ref(client, namespace, parent_name, result.cluster)
+    if ref is None:
         return 0
-    ref = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": parent_name,
-        "namespace": namespace,
-        "uid": (parent.get("metadata") or {}).get("uid", ""),
-    }
+    subject = _Pass(result.cluster, result.app, result.revision)
     written = 0
     for r in items[:MAX_EVENTS]:
         severity, reason = _REASONS[r.outcome]
         if r.note is Note.DELETE_REFUSED:
             reason = "PruneFailed"
         written += _write(
-            client, namespace, ref, result, severity, reason, message_for(r), str(r.key), component, instance
+            client, namespace, ref, subject, severity, reason, message_for(r), str(r.key), component, instance
         )
     if len(items) > MAX_EVENTS:
         more = len(items) - MAX_EVENTS
@@ -94,7 +97,7 @@ def emit(
             client,
             namespace,
             ref,
-            result,
+            subject,
             "Warning",
             "MoreObjects",
             f"{more} more failed or pruned objects in this pass; see the agent's log",
@@ -105,11 +108,52 @@ def emit(
     return written
 
 
+def emit_health(
+    client: KubeClient,
+    cluster: str,
+    health: AppHealth,
+    *,
+    parent_name: str,
+    namespace: str,
+    component: str,
+    instance: str = "",
+) -> int:
+    """One Event for a wait's end: ``HealthFailed`` (Warning, naming the blocker) or ``HealthCurrent``."""
+    if health.state is HealthState.FAILED:
+        severity, reason = "Warning", "HealthFailed"
+    elif health.state is HealthState.CURRENT:
+        severity, reason = "Normal", "HealthCurrent"
+    else:
+        return 0
+    ref = _parent_ref(client, namespace, parent_name, cluster)
+    if ref is None:
+        return 0
+    subject = _Pass(cluster, health.app, health.revision)
+    message = health.health.describe()[:1000]
+    return _write(client, namespace, ref, subject, severity, reason, message, "health", component, instance)
+
+
+def _parent_ref(client: KubeClient, namespace: str, parent_name: str, cluster: str) -> dict[str, Any] | None:
+    """The app's ApplySet parent as an Event's ``involvedObject``; None when it cannot be read."""
+    try:
+        parent = client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{parent_name}")
+    except (ApiError, ClusterError) as e:
+        log.info("no events: ApplySet parent not readable", cluster=cluster, error=str(e))
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": parent_name,
+        "namespace": namespace,
+        "uid": (parent.get("metadata") or {}).get("uid", ""),
+    }
+
+
 def _write(
     client: KubeClient,
     namespace: str,
     ref: dict[str, Any],
-    result: ClusterResult,
+    result: _Pass,
     severity: str,
     reason: str,
     message: str,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agent.model import ClusterResult, Outcome
+from collections.abc import Mapping
+
+from agent.model import AppHealth, ClusterResult, HealthState, Outcome
 
 
 def _status(r: ClusterResult) -> str:
@@ -21,17 +23,24 @@ def _status(r: ClusterResult) -> str:
     return "ok"
 
 
-def format_summary(results: list[ClusterResult]) -> str:
+def format_summary(
+    results: list[ClusterResult], health: Mapping[tuple[str, str], AppHealth] | None = None
+) -> str:
     """One row per (cluster, app), then each failed or skipped object and each object two apps declare.
 
     The APP column is there when an app is not a cluster entry's own (named after the entry):
-    a config without `[[apps]]` prints the table it printed before apps.
+    a config without `[[apps]]` prints the table it printed before apps. The HEALTH column is
+    there when an app waited for its rollout (``health``: by (cluster, app)), with a line for
+    each app not Current naming what blocks it.
     """
+    health = health or {}
     apps = any(r.app and r.app != r.cluster for r in results)
     head = ("CLUSTER", "APP") if apps else ("CLUSTER",)
-    rows = [(*head, "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", "STATUS")]
+    shown = ("HEALTH",) if health else ()
+    rows = [(*head, "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", *shown, "STATUS")]
     for r in results:
         status = _status(r)
+        h = health.get((r.cluster, r.app or r.cluster))
         rows.append(
             (
                 *((r.cluster, r.app or r.cluster) if apps else (r.cluster,)),
@@ -40,6 +49,7 @@ def format_summary(results: list[ClusterResult]) -> str:
                 str(r.count(Outcome.UNCHANGED)),
                 str(r.count(Outcome.PRUNED)),
                 str(r.failed),
+                *((h.state.value if h else "-",) if health else ()),
                 status,
             )
         )
@@ -57,4 +67,7 @@ def format_summary(results: list[ClusterResult]) -> str:
                 lines.append(f"  {where}: {res.key}: skipped: {res.message}")
         for c in r.conflicts:
             lines.append(f"  {where}: conflict: {c}")
+        h = health.get((r.cluster, r.app or r.cluster))
+        if h is not None and h.state is not HealthState.CURRENT:
+            lines.append(f"  {where}: health {h.health.describe()}")
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import RenderCache
 from agent.report import events
+from agent.run.health_watch import HealthWatch
 from agent.run.lease import FencedClient
 from agent.run.server import Metrics
 from agent.run.status import AppStatus, ClusterStatus
@@ -89,6 +90,8 @@ class Fleet:
         self.identities = IdentityBook()
         self._slots = {c.name: self._slot(c) for c in config.clusters}
         self._closing = threading.Event()
+        #: The waits on apps' rollouts (``wait``), stepped by the daemon's health jobs or ``run --once``.
+        self.health = HealthWatch(self)
 
     def _slot(self, c: ClusterConfig) -> _Slot:
         slot = _Slot(c, self._reconciler(c), ClusterStatus(c.name))

@@ -36,6 +36,7 @@ from agent.config.load import check_access, load_config
 from agent.config.types import (
     AGENT_DEFAULTS,
     DEFAULT_SOURCE,
+    HEALTH_POLL_MAX,
     SCHEDULE_JITTER,
     SCHEDULER_TICK,
     ClusterConfig,
@@ -263,7 +264,45 @@ class Daemon:
             self._add_cluster_job(c)
         self.scheduler.start()
 
+    def _add_health_job(self, name: str) -> None:
+        """The cluster's waits on rollouts, on an executor of their own: a long wait never holds
+        the cluster's pass, nor a pass the wait. Paused while nothing waits."""
+        alias = f"health:{name}"
+        self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
+        self.scheduler.add_job(
+            self.follow_health,
+            "interval",
+            seconds=HEALTH_POLL_MAX,
+            id=alias,
+            args=[name],
+            executor=alias,
+            next_run_time=None,
+        )
+
+    def follow_health(self, name: str) -> None:
+        """Read the cluster's due waits; run the apps a dependency's rollout unblocked."""
+        if self.stopping:
+            return
+        healths = self.fleet.health.step(name)
+        unblocked = self.fleet.health.unblocks(name, healths)
+        if unblocked:
+            why = f"dependency rolled out (waiting: {', '.join(unblocked)})"
+            self._schedule(name, datetime.now(UTC), why)
+        self._wake_health(name)
+
+    def _wake_health(self, name: str) -> None:
+        """Time the cluster's health job for its soonest wait; pause it when nothing waits."""
+        job = self.scheduler.get_job(f"health:{name}")
+        if job is None:
+            return
+        nxt = self.fleet.health.next_step(name)
+        if nxt is None:
+            job.pause()
+            return
+        job.modify(next_run_time=datetime.now(UTC) + timedelta(seconds=max(0.0, nxt - time.monotonic())))
+
     def _add_cluster_job(self, c: ClusterConfig) -> None:
+        self._add_health_job(c.name)
         alias = f"cluster:{c.name}"
         self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
         interval = self._interval(c)
@@ -300,6 +339,7 @@ class Daemon:
 
     def _remove_cluster_job(self, name: str) -> None:
         self._remove_job(f"cluster:{name}")
+        self._remove_job(f"health:{name}")
 
     def _remove_job(self, alias: str) -> None:
         if self.scheduler.get_job(alias) is not None:
@@ -387,6 +427,7 @@ class Daemon:
         results = self.fleet.run_apps(name, revisions, apps=due)
         if self.stopping:
             return
+        self._wake_health(name)
         now = datetime.now(UTC)
         failed = [r for r in results if not r.ok]
         if failed:

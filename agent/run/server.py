@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from agent.config.types import AGENT_DEFAULTS
-from agent.model import ClusterResult, Note, Outcome, PassState
+from agent.model import ClusterResult, HealthState, Note, Outcome, PassState
 
 STUCK_AFTER = AGENT_DEFAULTS.stuck_after  # seconds without a scheduler tick before /healthz fails
 
@@ -124,6 +124,24 @@ class Metrics:
             ["cluster"],
             registry=r,
         )
+        self.health = Gauge(
+            "gitops_agent_app_health",
+            "1 for the app's health state (Current, InProgress, Failed, ...) as its wait last read it.",
+            [*c, "state"],
+            registry=r,
+        )
+        self.cluster_health = Gauge(
+            "gitops_agent_cluster_health",
+            "1 for the cluster's health state: its least healthy app's.",
+            ["cluster", "state"],
+            registry=r,
+        )
+        self.health_reads = Counter(
+            "gitops_agent_health_requests_total",
+            "Requests made to read health during waits (LISTs of followed kinds and children).",
+            c,
+            registry=r,
+        )
         s = ["source"]
         self.fetch_duration = Histogram(
             "gitops_agent_source_fetch_duration_seconds", "Duration of one source poll.", s, registry=r
@@ -188,6 +206,12 @@ class Metrics:
         self.failures.labels(cluster, app).set(failures)
         self.suspended.labels(cluster, app).set(1 if suspended else 0)
 
+    def app_health(self, cluster: str, app: str, state: HealthState, cluster_state: HealthState) -> None:
+        """The app's health state and its cluster's (one series per state, 1 for the current one)."""
+        for s in HealthState:
+            self.health.labels(cluster, app, s.value).set(1 if s is state else 0)
+            self.cluster_health.labels(cluster, s.value).set(1 if s is cluster_state else 0)
+
     def next_run_at(self, cluster: str, when: float | None) -> None:
         self.next_run.labels(cluster).set(when or 0)
 
@@ -214,9 +238,12 @@ class Metrics:
             self.objects,
             self.objects_total,
             self.failures,
+            self.health,
+            self.health_reads,
             self.next_run,
             self.suspended,
             self.lease_held,
+            self.cluster_health,
         ):
             # prometheus_client has no "remove by one label"; walk the children it knows.
             for labels in list(metric._metrics):

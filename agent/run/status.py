@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent.model import ClusterResult, Outcome, PassState
+from agent.model import AppHealth, ClusterResult, HealthState, Outcome, PassState
+from agent.plan.health import worst
 
 #: Which app state a cluster shows when its apps differ: the first of these any app is in.
 _WORST_FIRST = (
@@ -46,6 +47,8 @@ class AppStatus:
     #: When its last pass started (``time.monotonic``) and at which revision of its source.
     last_run: float | None = None
     last_revision: str = ""
+    #: Its rollout as its wait last read it (``wait`` set); None: not followed.
+    health: AppHealth | None = None
 
     def to_json(self) -> dict[str, Any]:
         r = self.last_result
@@ -67,6 +70,7 @@ class AppStatus:
             "last_success_revision": self.last_success_revision,
             "last_success_at": _iso(self.last_success_at),
             "consecutive_failures": self.failures,
+            "health": self.health.to_json() if self.health else None,
         }
 
 
@@ -91,6 +95,12 @@ class ClusterStatus:
         """The cluster's state from its apps' (after a pass)."""
         states = {a.state for a in self.apps.values()}
         self.state = next((s for s in _WORST_FIRST if s in states), PassState.PENDING)
+
+    @property
+    def health(self) -> HealthState | None:
+        """The least healthy of its apps' health (apps without a wait do not count); None: none waits."""
+        states = [a.health.state for a in self.apps.values() if a.health is not None]
+        return worst(states) if states else None
 
     @property
     def failures(self) -> int:
@@ -142,5 +152,6 @@ class ClusterStatus:
         row.update(self._cluster_fields())
         row["state"] = self.state
         row["consecutive_failures"] = self.failures
+        row["cluster_health"] = self.health.value if self.health else None
         row["apps"] = [a.to_json() for a in self.apps.values()]
         return row

@@ -540,11 +540,11 @@ class Health:
     def describe(self) -> str:
         """One line: ``Failed: Pod web-7d9f-abcde: ImagePullBackOff (Back-off pulling image "nope")``.
 
-        The message comes first unless the blocker already says it (an object blocking itself).
+        The message comes first, unless it is the blocker's own (an object that blocks itself).
         """
         if self.blocker is None:
             return f"{self.state}: {self.message}"
-        if self.message in ("", self.blocker.message, self.blocker.reason):
+        if not self.message or self.message == self.blocker.message:
             return f"{self.state}: {self.blocker}"
         return f"{self.state}: {self.message.rstrip('.')}; {self.blocker}"
 

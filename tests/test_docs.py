@@ -54,6 +54,11 @@ NOT_A_VALUE = {
     ("apps", "clusters"),
     ("apps", "path"),
     ("apps", "paths"),
+    ("health_checks", "api_version"),
+    ("health_checks", "kind"),
+    ("health_checks", "current"),
+    ("health_checks", "in_progress"),
+    ("health_checks", "failed"),
 }
 #: Tables that take the keys of another, which the reference documents once, in a sentence
 #: naming both: a `[[sources]]` entry is a `[source]` with a name, and so on.
@@ -63,6 +68,7 @@ MIRRORS = {
     "sources.verify": "source.verify",
     "apps.helm": "clusters.helm",
     "apps.conflict_rules": "conflict_rules",
+    "apps.health_checks": "health_checks",
 }
 #: Sections of the example whose values must be the defaults (the others are illustrations).
 DEFAULT_SECTIONS = ("agent", "source", "source.auth", "source.verify", "defaults")
@@ -81,6 +87,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
             {"name": "c", "kubeconfig": str(kubeconfig), "path": "p", "vars": {}, "helm": {"chart": "chart"}}
         ],
         "conflict_rules": [{"manager": "*", "action": "yield"}],
+        "health_checks": [{"api_version": "example.com/v1", "kind": "Widget", "current": "true"}],
         "sources": [{"name": "other", "url": "https://git.example.com/other.git", "auth": {}, "verify": {}}],
         "apps": [
             {
@@ -90,6 +97,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
                 "vars": {},
                 "helm": {"chart": "chart"},
                 "conflict_rules": [{"manager": "*", "action": "yield"}],
+                "health_checks": [{"api_version": "example.com/v1", "kind": "Widget", "current": "true"}],
             }
         ],
     }
@@ -126,6 +134,7 @@ def accepted_keys(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[se
     tables = {k for s, k in seen if s == ""}
     tables |= {"source.auth", "source.verify", "clusters.vars", "clusters.helm"}
     tables |= {"sources.auth", "sources.verify", "apps.vars", "apps.helm", "apps.conflict_rules"}
+    tables |= {"apps.health_checks"}
     keys = {(s, k) for s, k in seen if f"{s}.{k}".strip(".") not in tables}
     return keys, tables
 

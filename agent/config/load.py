@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.config.apps import Placed, check_apps
+from agent.config.health_checks import HealthCheck, health_checks, wait_setting
 from agent.config.tomlreader import TableReader, type_name
 from agent.config.types import (
     AGENT_DEFAULTS,
@@ -72,8 +73,12 @@ def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
         "request_timeout",
         "pass_deadline",
         "render_timeout",
+        "health_timeout",
     ):
         values[name] = r.duration(name, getattr(s, name))
+    values["health_debounce"] = r.duration("health_debounce", s.health_debounce, minimum=0.0)
+    if (wait := wait_setting(r)) is not None:
+        values["wait"] = wait
     for name in ("prune", "allow_empty"):
         if (v := r.get(name, bool)) is not None:
             values[name] = v
@@ -347,6 +352,7 @@ def _app(
     clusters: dict[str, ClusterConfig],
     sources: tuple[NamedSource, ...],
     rules: tuple[ConflictRule, ...],
+    checks: tuple[HealthCheck, ...],
 ) -> list[AppConfig]:
     """One `[[apps]]` entry: one AppConfig per cluster it names, settings merged over each's."""
     name = r.get("name", str, required=True)
@@ -393,6 +399,8 @@ def _app(
             _conflict_rule(TableReader(t, f"{r.path}.conflict_rules[{i}]", r.file))
             for i, t in enumerate(rules_raw)
         )
+    if (checks_raw := r.get("health_checks", list)) is not None:
+        checks = health_checks(checks_raw, f"{r.path}.health_checks", r.file, app=name)
     if cluster_only := sorted(set(r.table) & (_SETTING_KEYS - APP_SETTING_KEYS)):
         raise r.error(
             cluster_only[0],
@@ -406,6 +414,7 @@ def _app(
             paths=paths,
             settings=_settings(r, clusters[cluster].settings),
             conflict_rules=rules,
+            health_checks=checks,
             source=source,
             vars={**clusters[cluster].vars, **variables},
             helm=helm,
@@ -468,7 +477,8 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         rules = tuple(
             _conflict_rule(TableReader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
         )
-    apps = _apps(top, clusters, sources, rules)
+    checks = health_checks(top.get("health_checks", list) or [], "health_checks", file)
+    apps = _apps(top, clusters, sources, rules, checks)
     # Before the apps are checked together: `[[app]]` is a typo, not a cluster serving no app.
     top.finish()
     check_apps(apps, clusters, file=file)
@@ -477,6 +487,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         source=sources[0].config,
         clusters=tuple(clusters),
         conflict_rules=rules,
+        health_checks=checks,
         file=file,
         sources=sources,
         apps=tuple(p.app for p in apps),
@@ -488,6 +499,7 @@ def _apps(
     clusters: list[ClusterConfig],
     sources: tuple[NamedSource, ...],
     rules: tuple[ConflictRule, ...],
+    checks: tuple[HealthCheck, ...],
 ) -> list[Placed]:
     """The implicit apps of `[[clusters]]` entries, then each `[[apps]]` entry's, in config order."""
     placed: list[Placed] = []
@@ -502,12 +514,13 @@ def _apps(
                 "none: add [source], or name a [[sources]] entry default",
                 file=top.file,
             )
-        placed.append(Placed(implicit_app(c, rules), f"clusters[{i}]"))
+        placed.append(Placed(implicit_app(c, rules, checks), f"clusters[{i}]"))
     by_name = {c.name: c for c in clusters}
     for i, table in enumerate(top.get("apps", list) or ()):
         entry = f"apps[{i}]"
         placed.extend(
-            Placed(a, entry) for a in _app(_AppReader(table, entry, top.file), by_name, sources, rules)
+            Placed(a, entry)
+            for a in _app(_AppReader(table, entry, top.file), by_name, sources, rules, checks)
         )
     return placed
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from agent.config.health_checks import HealthCheck, Wait
 from agent.errors import ConfigError
 
 
@@ -185,6 +186,12 @@ class ClusterSettings:
     concurrency: int = 8
     exclude: tuple[str, ...] = ()
     render_timeout: float = 60.0
+    #: Follow health after apply: every applied object (``true``), those listed, or none.
+    wait: Wait = field(default_factory=Wait)
+    #: Seconds a wait may last: what is still not Current then is Failed (naming why).
+    health_timeout: float = 300.0
+    #: Seconds a Failed health must hold before it counts (shorter flaps read InProgress).
+    health_debounce: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,9 @@ APP_SETTING_KEYS = frozenset(
         "default_namespace",
         "render_timeout",
         "exclude",
+        "wait",
+        "health_timeout",
+        "health_debounce",
     }
 )
 
@@ -276,6 +286,8 @@ class AppConfig:
     settings: ClusterSettings
     #: The app's own `[[apps.conflict_rules]]`, else the global list.
     conflict_rules: tuple[ConflictRule, ...] = DEFAULT_CONFLICT_RULES
+    #: The app's own `[[apps.health_checks]]`, else the global `[[health_checks]]`.
+    health_checks: tuple[HealthCheck, ...] = ()
     source: str = DEFAULT_SOURCE
     #: The app's variables merged over the cluster's.
     vars: dict[str, str] = field(default_factory=dict)
@@ -288,7 +300,9 @@ class AppConfig:
     renamed_from: str = ""
 
 
-def implicit_app(cluster: ClusterConfig, rules: tuple[ConflictRule, ...]) -> AppConfig:
+def implicit_app(
+    cluster: ClusterConfig, rules: tuple[ConflictRule, ...], checks: tuple[HealthCheck, ...] = ()
+) -> AppConfig:
     """The app a `[[clusters]]` entry with `path`/`paths` is: exactly what the entry was before apps."""
     return AppConfig(
         name=cluster.name,
@@ -296,6 +310,7 @@ def implicit_app(cluster: ClusterConfig, rules: tuple[ConflictRule, ...]) -> App
         paths=cluster.paths,
         settings=cluster.settings,
         conflict_rules=rules,
+        health_checks=checks,
         vars=cluster.vars,
         helm=cluster.helm,
         implicit=True,
@@ -317,6 +332,8 @@ class Config:
     source: SourceConfig
     clusters: tuple[ClusterConfig, ...]
     conflict_rules: tuple[ConflictRule, ...] = DEFAULT_CONFLICT_RULES
+    #: The global `[[health_checks]]`: every app's that sets none of its own.
+    health_checks: tuple[HealthCheck, ...] = ()
     file: str = ""
     #: Every source by name, `default` first when there is one, then in config order.
     sources: tuple[NamedSource, ...] = ()

@@ -18,16 +18,16 @@ from typing import Any
 
 from agent.config.health_checks import CheckError, HealthCheck
 from agent.model import HEALTH, HEALTH_IGNORE, Health, HealthState, ObjectKey, split_api_version
-from agent.plan.health_kinds import (
-    RULES,
+from agent.plan.health_kinds import RULES
+from agent.plan.health_status import (
     Children,
     Malformed,
     Obj,
     conditions,
     current,
-    failed,
     field,
     from_condition,
+    held_by,
     in_progress,
 )
 
@@ -92,8 +92,7 @@ def _assess(obj: Obj, children: Children, checks: Sequence[HealthCheck]) -> Heal
     if ready.get("status") == "True":
         return current("Ready")
     # Ready=False is a controller still working (or saying why it waits): never Failed by itself.
-    why = from_condition(obj, ready, "NotReady")
-    return in_progress(why.reason, why.message or "not Ready", why)
+    return held_by(from_condition(obj, ready, "NotReady", "not Ready"), HealthState.IN_PROGRESS)
 
 
 def _observed(obj: Obj) -> Health | None:
@@ -114,8 +113,7 @@ def _generic(obj: Obj) -> Health | None:
         if c.get("type") == "Reconciling" and c.get("status") == "True":
             return in_progress(str(c.get("reason") or "Reconciling"), str(c.get("message") or "reconciling"))
         if c.get("type") == "Stalled" and c.get("status") == "True":
-            why = from_condition(obj, c, "Stalled")
-            return failed(why.reason, why.message or "stalled", why)
+            return held_by(from_condition(obj, c, "Stalled", "stalled"), HealthState.FAILED)
     return None
 
 

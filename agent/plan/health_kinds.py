@@ -10,177 +10,33 @@ Deployment, Pods of the others) are read only to name the ``Blocker``, never to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
 
-from agent.model import Blocker, Health, HealthState
-
-Obj = Mapping[str, Any]
-Children = Mapping[str, Sequence[Obj]]
-Rule = Callable[[Obj, Children], Health]
-
-#: Container waiting reasons that do not pass by themselves: the Pod has Failed (kstatus reads
-#: only CrashLoopBackOff, and only in a running Pod).
-FAILING_WAITING = frozenset(
-    {
-        "ImagePullBackOff",
-        "ErrImagePull",
-        "ErrImageNeverPull",
-        "InvalidImageName",
-        "CrashLoopBackOff",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-    }
+from agent.model import Health, HealthState
+from agent.plan.health_status import (
+    FAILING_WAITING,
+    Children,
+    Malformed,
+    Obj,
+    blocker,
+    condition,
+    conditions,
+    current,
+    deployment_blocker,
+    failed,
+    field,
+    from_condition,
+    held_by,
+    holds,
+    in_progress,
+    number,
+    own_pods_blocker,
+    pod_problem,
+    suspended,
+    text,
 )
-#: The Deployment controller's annotation numbering its ReplicaSets: the highest is the new one.
-REVISION = "deployment.kubernetes.io/revision"
 
-
-class Malformed(Exception):
-    """A status field has a type the API never gives it: the object's health is Unknown."""
-
-
-# -- reading fields ------------------------------------------------------------------------
-
-
-def field(obj: Obj, path: str) -> Any:
-    """``obj`` at a dotted path (``status.replicas``); None when any step is missing."""
-    node: Any = obj
-    for part in path.split("."):
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
-
-
-def number(obj: Obj, path: str, default: int) -> int:
-    value = field(obj, path)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Malformed(f"{path} is {value!r}, not an integer")
-    return value
-
-
-def text(obj: Obj, path: str, default: str = "") -> str:
-    value = field(obj, path)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise Malformed(f"{path} is {value!r}, not a string")
-    return value
-
-
-def conditions(obj: Obj) -> list[Obj]:
-    found = field(obj, "status.conditions")
-    if found is None:
-        return []
-    if not isinstance(found, list) or not all(isinstance(c, Mapping) for c in found):
-        raise Malformed("status.conditions is not a list of conditions")
-    return found
-
-
-def condition(obj: Obj, kind: str) -> Obj | None:
-    return next((c for c in conditions(obj) if c.get("type") == kind), None)
-
-
-def holds(obj: Obj, kind: str, status: str = "True") -> Obj | None:
-    """The condition ``kind`` when its status is ``status``."""
-    c = condition(obj, kind)
-    return c if c is not None and c.get("status") == status else None
-
-
-def name_of(obj: Obj) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def uid_of(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
-
-
-def blocker(obj: Obj, reason: str, message: str = "") -> Blocker:
-    namespace, name = name_of(obj)
-    return Blocker(str(obj.get("kind", "")), namespace, name, reason or "Unknown", message)
-
-
-def from_condition(obj: Obj, c: Obj, fallback: str) -> Blocker:
-    return blocker(obj, str(c.get("reason") or fallback), str(c.get("message") or ""))
-
-
-def current(message: str, reason: str = "") -> Health:
-    return Health(HealthState.CURRENT, message, reason=reason)
-
-
-def in_progress(reason: str, message: str, why: Blocker | None = None) -> Health:
-    return Health(HealthState.IN_PROGRESS, message, why, reason)
-
-
-def failed(reason: str, message: str, why: Blocker | None = None) -> Health:
-    return Health(HealthState.FAILED, message, why, reason)
-
-
-def suspended(reason: str, message: str) -> Health:
-    return Health(HealthState.SUSPENDED, message, reason=reason)
-
-
-# -- blockers among children ----------------------------------------------------------------
-
-
-def pod_problem(pod: Obj) -> Blocker | None:
-    """What keeps one Pod from running, in the kubelet's or the scheduler's words."""
-    for key in ("status.initContainerStatuses", "status.containerStatuses"):
-        statuses = field(pod, key) or []
-        for cs in statuses if isinstance(statuses, list) else ():
-            waiting = field(cs, "state.waiting") if isinstance(cs, Mapping) else None
-            if isinstance(waiting, Mapping) and waiting.get("reason") in FAILING_WAITING:
-                return blocker(pod, str(waiting["reason"]), str(waiting.get("message") or ""))
-    if text(pod, "status.phase") == "Failed":
-        if reason := text(pod, "status.reason"):  # the kubelet's own: Evicted, DeadlineExceeded
-            return blocker(pod, reason, text(pod, "status.message"))
-        return exited(pod) or blocker(pod, "PodFailed", text(pod, "status.message"))
-    scheduled = holds(pod, "PodScheduled", "False")
-    if scheduled is not None:
-        return from_condition(pod, scheduled, "Unschedulable")
-    return None
-
-
-def exited(pod: Obj) -> Blocker | None:
-    """The first container that ended with a non-zero exit code, in the runtime's words."""
-    statuses = field(pod, "status.containerStatuses") or []
-    for cs in statuses if isinstance(statuses, list) else ():
-        ended = field(cs, "state.terminated") if isinstance(cs, Mapping) else None
-        if isinstance(ended, Mapping) and ended.get("exitCode") not in (None, 0):
-            said = f"container {cs.get('name')} exited with code {ended['exitCode']}"
-            return blocker(pod, str(ended.get("reason") or "Error"), said)
-    return None
-
-
-def pods_blocker(pods: Sequence[Obj]) -> Blocker | None:
-    """The first Pod (by name) that cannot run; one whose containers fail before one not scheduled."""
-    found = [b for b in (pod_problem(p) for p in sorted(pods, key=name_of)) if b is not None]
-    return next((b for b in found if b.reason != "Unschedulable"), found[0] if found else None)
-
-
-def deployment_blocker(obj: Obj, children: Children) -> Blocker | None:
-    """The new ReplicaSet's failure to create Pods, else one of its Pods that cannot run."""
-    sets = children.get(uid_of(obj), ())
-    if not sets:
-        return None
-
-    def revision(rs: Obj) -> int:
-        value = str(((rs.get("metadata") or {}).get("annotations") or {}).get(REVISION, ""))
-        return int(value) if value.isdigit() else -1
-
-    newest = max(sets, key=revision)
-    if (c := holds(newest, "ReplicaFailure")) is not None:
-        return from_condition(newest, c, "ReplicaFailure")
-    return pods_blocker(children.get(uid_of(newest), ()))
-
-
-def own_pods_blocker(obj: Obj, children: Children) -> Blocker | None:
-    return pods_blocker(children.get(uid_of(obj), ()))
+Rule = Callable[[Obj, Children], Health]
 
 
 # -- the rules ------------------------------------------------------------------------------
@@ -195,8 +51,10 @@ def deployment(obj: Obj, children: Children) -> Health:
         return suspended("Paused", "rollout paused (spec.paused)")
     progress = condition(obj, "Progressing")
     if progress is not None and progress.get("reason") == "ProgressDeadlineExceeded":
-        stuck = deployment_blocker(obj, children) or from_condition(obj, progress, "ProgressDeadlineExceeded")
         said = str(progress.get("message") or "progress deadline exceeded")
+        stuck = deployment_blocker(obj, children) or from_condition(
+            obj, progress, "ProgressDeadlineExceeded", said
+        )
         return failed("ProgressDeadlineExceeded", said, stuck)
     # Without a deadline the controller never writes Progressing (kstatus reads it as progressing).
     progressing = number(obj, "spec.progressDeadlineSeconds", 2**31 - 1) == 2**31 - 1 or (
@@ -229,8 +87,8 @@ def deployment(obj: Obj, children: Children) -> Health:
 
 def replicaset(obj: Obj, children: Children) -> Health:
     if (c := holds(obj, "ReplicaFailure")) is not None:
-        said = str(c.get("message") or "cannot create Pods")
-        return in_progress("ReplicaFailure", said, from_condition(obj, c, "ReplicaFailure"))
+        failure = from_condition(obj, c, "ReplicaFailure", "cannot create Pods")
+        return in_progress("ReplicaFailure", failure.message, failure)
     wanted = number(obj, "spec.replicas", 1)
     replicas = number(obj, "status.replicas", 0)
     why = own_pods_blocker(obj, children)
@@ -307,8 +165,7 @@ def job(obj: Obj, children: Children) -> Health:
     if (c := holds(obj, "Complete")) is not None:
         return current(f"complete: {number(obj, 'status.succeeded', 0)} succeeded")
     if (c := holds(obj, "Failed")) is not None:
-        stuck = from_condition(obj, c, "JobFailed")
-        return failed(stuck.reason, stuck.message or "Job failed", stuck)
+        return held_by(from_condition(obj, c, "JobFailed", "Job failed"), HealthState.FAILED)
     if field(obj, "spec.suspend") is True:
         return suspended("Suspended", "Job suspended (spec.suspend)")
     why = own_pods_blocker(obj, children)
@@ -331,15 +188,15 @@ def pod(obj: Obj, children: Children) -> Health:
     problem = pod_problem(obj)
     if phase == "Failed":
         assert problem is not None  # pod_problem names every failed Pod
-        return failed(problem.reason, problem.message or "Pod failed", problem)
+        return held_by(problem, HealthState.FAILED)
     if phase == "Running" and holds(obj, "Ready") is not None:
         return current("ready")
     if problem is not None and problem.reason in FAILING_WAITING:
-        return failed(problem.reason, problem.message or problem.reason, problem)
+        return held_by(problem, HealthState.FAILED)
     if phase not in ("", "Pending", "Running"):
         raise Malformed(f"status.phase is {phase!r}")
     if problem is not None:  # not scheduled yet: an autoscaler may add a node; the timeout decides
-        return in_progress(problem.reason, problem.message or "not scheduled", problem)
+        return held_by(problem, HealthState.IN_PROGRESS)
     if phase == "Running":
         return in_progress("PodRunningNotReady", "running, not Ready")
     return in_progress("PodPending", "pending" if phase else "not observed by a kubelet yet")
@@ -350,7 +207,7 @@ def pvc(obj: Obj, children: Children) -> Health:
     if phase == "Bound":
         return current("Bound")
     if phase == "Lost":
-        return failed("ClaimLost", "its PersistentVolume is gone", blocker(obj, "ClaimLost"))
+        return held_by(blocker(obj, "ClaimLost", "its PersistentVolume is gone"), HealthState.FAILED)
     return in_progress("NotBound", f"not Bound (phase {phase})")
 
 
@@ -377,14 +234,15 @@ def ingress(obj: Obj, children: Children) -> Health:
 def crd(obj: Obj, children: Children) -> Health:
     for c in conditions(obj):
         if c.get("type") == "NamesAccepted" and c.get("status") == "False":
-            why = from_condition(obj, c, "NamesNotAccepted")
-            return failed(why.reason, why.message or "names not accepted", why)
+            return held_by(
+                from_condition(obj, c, "NamesNotAccepted", "names not accepted"), HealthState.FAILED
+            )
         if c.get("type") == "Established":
             if c.get("status") == "True":
                 return current("Established")
             if c.get("status") == "False" and c.get("reason") != "Installing":
-                why = from_condition(obj, c, "NotEstablished")
-                return failed(why.reason, why.message or "not established", why)
+                why = from_condition(obj, c, "NotEstablished", "not established")
+                return held_by(why, HealthState.FAILED)
     return in_progress("Installing", "not Established yet")
 
 
@@ -394,8 +252,7 @@ def apiservice(obj: Obj, children: Children) -> Health:
         return current("Available")
     if c is None:
         return in_progress("NotObserved", "not checked by the aggregator yet")
-    why = from_condition(obj, c, "NotAvailable")
-    return in_progress(why.reason, why.message or "not Available", why)
+    return held_by(from_condition(obj, c, "NotAvailable", "not Available"), HealthState.IN_PROGRESS)
 
 
 def namespace(obj: Obj, children: Children) -> Health:
@@ -407,14 +264,14 @@ def namespace(obj: Obj, children: Children) -> Health:
 def hpa(obj: Obj, children: Children) -> Health:
     able = holds(obj, "AbleToScale", "False")
     if able is not None:
-        why = from_condition(obj, able, "NotAbleToScale")
-        return in_progress(why.reason, why.message or "cannot scale its target", why)
+        why = from_condition(obj, able, "NotAbleToScale", "cannot scale its target")
+        return held_by(why, HealthState.IN_PROGRESS)
     active = condition(obj, "ScalingActive")
     if active is not None and active.get("status") == "False":
         if active.get("reason") == "ScalingDisabled":  # its target is scaled to zero on purpose
             return suspended("ScalingDisabled", str(active.get("message") or "scaling disabled"))
-        why = from_condition(obj, active, "ScalingInactive")
-        return in_progress(why.reason, why.message or "cannot compute a replica count", why)
+        why = from_condition(obj, active, "ScalingInactive", "cannot compute a replica count")
+        return held_by(why, HealthState.IN_PROGRESS)
     if active is not None or field(obj, "status.currentReplicas") is not None:
         return current(f"{number(obj, 'status.currentReplicas', 0)} replicas")
     return in_progress("NotObserved", "not observed by the autoscaler yet")

@@ -233,7 +233,9 @@ def format_status(doc: dict[str, Any]) -> str:
     cluster entry's own (named after the entry)."""
     entries = doc.get("clusters", [])
     apps = any(c.get("app", c["cluster"]) != c["cluster"] for c in entries)
-    head = ("CLUSTER", *(("APP",) if apps else ()), "STATE", "REVISION", "LAST SUCCESS", "FAILURES")
+    healths = any(c.get("health") for c in entries)
+    head = ("CLUSTER", *(("APP",) if apps else ()), "STATE", *(("HEALTH",) if healths else ()))
+    head = (*head, "REVISION", "LAST SUCCESS", "FAILURES")
     head = (*head, "NEXT RUN", "HOLDER")
     rows = [head]
     errors = []
@@ -244,6 +246,7 @@ def format_status(doc: dict[str, Any]) -> str:
                 c["cluster"],
                 *((c.get("app", c["cluster"]),) if apps else ()),
                 c.get("state", ""),
+                *(((c.get("health") or {}).get("state") or "-",) if healths else ()),
                 (c.get("revision") or "-")[:12],
                 (c.get("last_success_at") or "-")[:19],
                 str(c.get("consecutive_failures", 0)),
@@ -259,6 +262,10 @@ def format_status(doc: dict[str, Any]) -> str:
             errors.append(f"  {where}: waiting on {', '.join(c['waiting_on'])}")
         for conflict in c.get("conflicts") or []:
             errors.append(f"  {where}: conflict: {conflict}")
+        health = c.get("health") or {}
+        if health and health.get("state") != "Current":
+            blocker = f"; {health['blocker']}" if health.get("blocker") else ""
+            errors.append(f"  {where}: health {health['state']}: {health.get('message', '')}{blocker}")
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     rev = (doc.get("revision") or "none")[:12]

@@ -109,7 +109,6 @@ class Follows:
                 tracker,
                 checks=app.health_checks,
                 missing=tuple(missing),
-                latest=prev.latest if prev is not None and prev.revision == revision else None,
                 due=now,
             )
             self.follows[app.name] = f

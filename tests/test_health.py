@@ -282,6 +282,7 @@ def test_worst_orders_failed_unknown_in_progress_suspended_current() -> None:
     assert worst([S, P, C]) is P
     assert worst([P, U]) is U
     assert worst([U, F, C]) is F
+    assert worst([Health(C, "ok"), Health(P, "rolling")]) is P
     assert ORDER.index(HealthState.NOT_FOUND) > ORDER.index(P)
     assert set(ORDER) == set(HealthState)
 

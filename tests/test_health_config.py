@@ -10,6 +10,7 @@ from agent.config.health_checks import Wait, WaitRef
 from agent.config.load import parse_config
 from agent.config.types import APP_SETTING_KEYS, CLUSTER_DEFAULTS
 from agent.errors import ConfigError
+from agent.model import ObjectKey
 
 
 def config(cluster: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
@@ -70,13 +71,21 @@ def test_wait_entries_name_a_kind_its_group_a_namespace_and_a_name() -> None:
         "Deployment.apps/shop/web",
         "Certificate.cert-manager.io/shop/tls",
     ]
-    assert wait.includes("apps", "Deployment", "other", "web")  # no namespace: any
-    assert wait.includes("extensions", "Deployment", "shop", "web")  # no group: any
-    assert not wait.includes("apps", "StatefulSet", "shop", "web")
-    assert wait.includes("cert-manager.io", "Certificate", "shop", "tls")
-    assert not wait.includes("cert-manager.io", "Certificate", "other", "tls")
-    assert not wait.includes("example.com", "Certificate", "shop", "tls")
-    assert Wait(every=True).includes("", "ConfigMap", "x", "y")
+    assert wait.includes(ObjectKey("apps", "Deployment", "other", "web"))  # no namespace: any
+    assert wait.includes(ObjectKey("extensions", "Deployment", "shop", "web"))  # no group: any
+    assert not wait.includes(ObjectKey("apps", "StatefulSet", "shop", "web"))
+    assert wait.includes(ObjectKey("cert-manager.io", "Certificate", "shop", "tls"))
+    assert not wait.includes(ObjectKey("cert-manager.io", "Certificate", "other", "tls"))
+    assert not wait.includes(ObjectKey("example.com", "Certificate", "shop", "tls"))
+    assert Wait(every=True).includes(ObjectKey("", "ConfigMap", "x", "y"))
+    assert not Wait().includes(ObjectKey("", "ConfigMap", "x", "y"))
+
+
+def test_wait_entries_that_name_nothing_the_app_applies_are_found() -> None:
+    wait = parse_config(config({"wait": ["Deployment/web", "Job.batch/shop/migrat"]})).apps[0].settings.wait
+    applied = [ObjectKey("apps", "Deployment", "shop", "web"), ObjectKey("batch", "Job", "shop", "migrate")]
+    assert wait.unmatched(applied) == (WaitRef("Job", "migrat", "batch", "shop"),)
+    assert Wait(every=True).unmatched([]) == ()
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,14 @@ evaluates them. ``wait`` entries (``Kind[.group]/[namespace/]name``) become ``Wa
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.config.tomlreader import TableReader
 from agent.errors import ConfigError
-from agent.model import split_api_version
+from agent.model import ObjectKey, split_api_version
 
 _KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _GROUP = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -47,7 +48,9 @@ class Expression:
         if not source.strip():
             raise ValueError("empty expression")
         try:
-            return cls(source, _environment().program(_environment().compile(source)))
+            with _LOCK:  # one shared parser; a config reload may compile beside a pass
+                env = _environment()
+                return cls(source, env.program(env.compile(source)))
         except CELParseError as e:
             line, column = getattr(e, "line", None), getattr(e, "column", None)
             where = f" at line {line}, column {column}" if line and column else ""
@@ -73,6 +76,7 @@ class Expression:
 
 
 _ENV: list[Any] = []
+_LOCK = threading.Lock()
 
 
 def _environment() -> Any:
@@ -161,11 +165,11 @@ class WaitRef:
     group: str | None = None
     namespace: str | None = None
 
-    def matches(self, group: str, kind: str, namespace: str, name: str) -> bool:
+    def matches(self, key: ObjectKey) -> bool:
         return (
-            (kind, name) == (self.kind, self.name)
-            and self.group in (None, group)
-            and self.namespace in (None, namespace)
+            (key.kind, key.name) == (self.kind, self.name)
+            and self.group in (None, key.group)
+            and self.namespace in (None, key.namespace)
         )
 
     def __str__(self) -> str:
@@ -202,8 +206,14 @@ class Wait:
     def __bool__(self) -> bool:
         return self.every or bool(self.refs)
 
-    def includes(self, group: str, kind: str, namespace: str, name: str) -> bool:
-        return self.every or any(r.matches(group, kind, namespace, name) for r in self.refs)
+    def includes(self, key: ObjectKey) -> bool:
+        """Whether the app waits for the object ``key`` (when it applied it)."""
+        return self.every or any(r.matches(key) for r in self.refs)
+
+    def unmatched(self, keys: Iterable[ObjectKey]) -> tuple[WaitRef, ...]:
+        """The entries that name none of ``keys`` (what the app applies): a typo to report, not wait on."""
+        applied = tuple(keys)
+        return tuple(r for r in self.refs if not any(r.matches(k) for k in applied))
 
 
 def wait_setting(r: TableReader, name: str = "wait") -> Wait | None:

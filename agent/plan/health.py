@@ -143,8 +143,9 @@ def _camel(name: str) -> str:
     return "".join(part.title() for part in name.split("_"))
 
 
-def worst(states: Iterable[HealthState]) -> HealthState:
-    """The least healthy of ``states`` in ``ORDER``; Current when there are none."""
+def worst(healths: Iterable[Health | HealthState]) -> HealthState:
+    """The least healthy state of ``healths`` in ``ORDER``; Current when there are none."""
+    states = (h.state if isinstance(h, Health) else h for h in healths)
     return max(states, key=_RANK.__getitem__, default=HealthState.CURRENT)
 
 

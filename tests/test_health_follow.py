@@ -85,8 +85,7 @@ def reconciler(agent: AppsAgent) -> ClusterReconciler:
 
 def step(agent: AppsAgent, now: float) -> dict[str, AppHealth]:
     """One step of the cluster's waits at ``now``, recorded as the daemon records them."""
-    slot = agent.fleet._slots["pool-a"]
-    for follow in slot.reconciler.follows.follows.values():
+    for follow in reconciler(agent).follows.follows.values():
         follow.due = min(follow.due, now)  # the test's clock decides when
     return {h.app: h for h in agent.fleet.health.step("pool-a", now)}
 
@@ -498,3 +497,42 @@ def _exists(admin: KubeClient, ns: str, name: str) -> bool:
         return True
     except ApiError:
         return False
+
+
+def test_an_object_annotated_out_of_health_is_not_waited_for(
+    tmp_path: Path, cluster_pool: ClusterPool, ns: str
+) -> None:
+    ignored = deployment(ns, "batch").replace(
+        "  namespace: " + ns + "\n",
+        "  namespace: " + ns + "\n  annotations: {gitops-agent.io/health: ignore}\n",
+        1,
+    )
+    agent = one_app(
+        tmp_path,
+        cluster_pool,
+        {"web/all.yaml": NS.format(ns=ns) + "---\n" + configmap(ns, "settings") + "---\n" + ignored},
+        wait=True,
+        health_timeout="60s",
+    )
+    try:
+        assert agent.reconcile()["web"].ok
+        h = step(agent, time.monotonic())["web"]
+        assert h.state is HealthState.CURRENT and h.done and h.objects == 2, h  # Namespace, ConfigMap
+    finally:
+        agent.close()
+
+
+def test_a_step_costs_one_list_per_kind_and_one_per_child_kind_per_namespace_of_waiting_workloads(
+    tmp_path: Path, cluster_pool: ClusterPool, ns: str
+) -> None:
+    files = NS.format(ns=ns) + "---\n" + configmap(ns, "settings")
+    for name in ("a", "b", "c"):  # never rolled out here: each stays InProgress
+        files += "---\n" + deployment(ns, name)
+    agent = one_app(tmp_path, cluster_pool, {"web/all.yaml": files}, wait=True, health_timeout="60s")
+    try:
+        assert agent.reconcile()["web"].ok
+        h = step(agent, time.monotonic())["web"]
+        # Namespace, ConfigMap, Deployment; then ReplicaSets and Pods of the one namespace.
+        assert h.reads == 5 and h.state is HealthState.IN_PROGRESS and h.objects == 5, h
+    finally:
+        agent.close()

@@ -56,6 +56,10 @@ class Tracker:
         self._seen[key] = _Seen(health, since)
         return self.reported(key, now)
 
+    def forget(self, key: ObjectKey) -> None:
+        """Stop waiting for ``key`` (annotated out of health since the wait began)."""
+        self._seen.pop(key, None)
+
     def reported(self, key: ObjectKey, now: float) -> Health:
         """``key``'s health as the wait counts it at ``now`` (debounced, timed out)."""
         seen = self._seen[key]

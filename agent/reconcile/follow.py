@@ -35,9 +35,8 @@ _APPLIED = (Outcome.CREATED, Outcome.CONFIGURED, Outcome.UNCHANGED)
 
 def followed(wait: Wait, results: Iterable[ApplyResult]) -> tuple[list[ObjectKey], list[str]]:
     """What a wait follows of a pass's results, and the ``wait`` entries no applied object matches."""
-    keys = [r.key for r in results if r.outcome in _APPLIED and wait.includes(*r.key)]
-    missing = [str(ref) for ref in wait.refs if not any(ref.matches(*k) for k in keys)]
-    return sorted(keys), missing
+    keys = [r.key for r in results if r.outcome in _APPLIED and wait.includes(r.key)]
+    return sorted(keys), [str(ref) for ref in wait.unmatched(keys)]
 
 
 @dataclass
@@ -139,6 +138,8 @@ class Follows:
         reading = read(client, follow.membership, follow.keys, checks=follow.checks)
         follow.requests += reading.requests
         tracker = follow.tracker
+        for key in reading.excluded:
+            tracker.forget(key)
         for key, seen in reading.healths.items():
             tracker.observe(key, seen, now)
         for ref in follow.missing:

@@ -2,10 +2,10 @@
 
 One step reads every followed object with one LIST per kind, selected by the app's membership
 label (what the app applied carries it), so a step costs as many requests as the app has kinds,
-whatever its size. Only a workload that is not Current costs more: one LIST per kind of its
-children (ReplicaSets, Pods), by the workload's own selector, so that its blocking Pod can be
-named. A kind whose LIST fails leaves its objects Unknown with the server's words: health is
-reported, never guessed.
+whatever its size. Only workloads that are not Current cost more: per namespace holding any,
+one LIST per kind of their children (ReplicaSets, Pods) — by the workload's own selector when
+it is the only one there — so that the blocking Pod can be named. A kind whose LIST fails
+leaves its objects Unknown with the server's words: health is reported, never guessed.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Reading:
     """One step's view of the followed objects: each one's health, and what the step cost."""
 
     healths: dict[ObjectKey, Health] = field(default_factory=dict)
+    #: Followed objects annotated out of health (``gitops-agent.io/health: ignore``).
+    excluded: set[ObjectKey] = field(default_factory=set)
     requests: int = 0
 
 
@@ -49,6 +51,7 @@ def read(
     by_kind: dict[tuple[str, str], set[ObjectKey]] = {}
     for k in keys:
         by_kind.setdefault((k.group, k.kind), set()).add(k)
+    blocked: dict[ObjectKey, Manifest] = {}  # workloads not Current: their children name why
     for (group, kind), wanted in sorted(by_kind.items()):
         info = client.discovery().find_group_kind(group, kind)
         if info is None:
@@ -57,7 +60,6 @@ def read(
                     HealthState.UNKNOWN, f"the cluster does not serve {k.group_kind}", reason="NotServed"
                 )
             continue
-        found: dict[ObjectKey, Manifest] = {}
         try:
             out.requests += 1
             listed = client.list(info, label_selector=f"{PART_OF}={membership}")
@@ -65,45 +67,43 @@ def read(
             for k in wanted:
                 out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {e}", reason="ReadFailed")
             continue
-        for item in listed.items:
-            key = ObjectKey.of(item)
-            if key in wanted:
-                found[key] = item
+        found = {key: item for item in listed.items if (key := ObjectKey.of(item)) in wanted}
         for k in wanted:
             obj = found.get(k)
             if obj is None:
                 out.healths[k] = Health(HealthState.NOT_FOUND, "not in the cluster", reason="NotFound")
-                continue
-            if assess_health.excluded(obj):
-                continue
-            first = assess_health.assess(obj, checks=checks)
-            if first.state in (HealthState.CURRENT, HealthState.SUSPENDED) or kind not in CHILD_KINDS:
-                out.healths[k] = first
-                continue
-            children, cost = _children(client, obj, CHILD_KINDS[kind])
-            out.requests += cost
+            elif assess_health.excluded(obj):
+                out.excluded.add(k)
+            else:
+                out.healths[k] = health = assess_health.assess(obj, checks=checks)
+                if health.state not in (HealthState.CURRENT, HealthState.SUSPENDED) and kind in CHILD_KINDS:
+                    blocked[k] = obj
+    if blocked:
+        children = _children(client, blocked, out)
+        for k, obj in blocked.items():
             out.healths[k] = assess_health.assess(obj, children=children, checks=checks)
     return out
 
 
 def _children(
-    client: KubeClient, obj: Manifest, kinds: Sequence[str]
-) -> tuple[dict[str, list[Mapping[str, Any]]], int]:
-    """The objects of ``kinds`` in ``obj``'s namespace matched by its selector, by owner UID."""
-    spec = obj.get("spec") or {}
-    labels = (spec.get("selector") or {}).get("matchLabels") or {}
-    namespace = (obj.get("metadata") or {}).get("namespace") or None
+    client: KubeClient, blocked: Mapping[ObjectKey, Manifest], out: Reading
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The children of ``blocked`` workloads, by owner UID: per namespace and child kind one LIST,
+    by the workload's selector when it is the only one there, else of the whole namespace."""
+    wanted: dict[tuple[str, str], list[Manifest]] = {}
+    for k, obj in blocked.items():
+        for kind in CHILD_KINDS[k.kind]:
+            wanted.setdefault((k.namespace, kind), []).append(obj)
     found: list[Manifest] = []
-    cost = 0
-    if not labels:
-        return {}, cost
-    for kind in kinds:
+    for (namespace, kind), owners in sorted(wanted.items(), key=lambda kv: kv[0]):
         info = client.discovery().find(_CHILD_API[kind], kind)
         if info is None:
             continue
+        labels = ((owners[0].get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        by = selector(labels) if len(owners) == 1 and labels else None
         try:
-            cost += 1
-            found.extend(client.list(info, namespace=namespace, label_selector=selector(labels)).items)
+            out.requests += 1
+            found.extend(client.list(info, namespace=namespace or None, label_selector=by).items)
         except ApiError:
             continue  # the blocker stays unnamed; the object's own health still stands
-    return child_index(found), cost
+    return child_index(found)

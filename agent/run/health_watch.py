@@ -12,18 +12,42 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
+from agent.config.types import Config
 from agent.model import AppHealth, ClusterResult, HealthState, PassState, Revision
 from agent.reconcile.apps import Revisions
+from agent.reconcile.reconciler import ClusterReconciler
 from agent.report import events
-
-if TYPE_CHECKING:
-    from agent.run.fleet import Fleet
+from agent.run.server import Metrics
+from agent.run.status import ClusterStatus
 
 log = structlog.get_logger("gitops_agent.health")
+
+
+class Fleet(Protocol):
+    """What a ``HealthWatch`` reads of ``fleet.Fleet`` (which holds it)."""
+
+    config: Config
+    metrics: Metrics
+    emit_events: bool
+
+    @property
+    def reconcilers(self) -> dict[str, ClusterReconciler]: ...
+
+    @property
+    def status(self) -> dict[str, ClusterStatus]: ...
+
+    def run_apps(
+        self,
+        name: str,
+        revision: Revision | Revisions,
+        *,
+        dry_run: bool = False,
+        apps: Iterable[str] | None = None,
+    ) -> list[ClusterResult]: ...
 
 
 class HealthWatch:
@@ -34,10 +58,9 @@ class HealthWatch:
 
     def step(self, name: str, now: float | None = None) -> list[AppHealth]:
         """One read of cluster ``name``'s due waits; each app's health recorded."""
-        slot = self.fleet._slots.get(name)
-        if slot is None:
+        reconciler = self.fleet.reconcilers.get(name)
+        if reconciler is None:
             return []
-        reconciler = slot.reconciler
         out = reconciler.step_health(now)
         for health in out:
             self._record(name, health)
@@ -45,19 +68,19 @@ class HealthWatch:
 
     def next_step(self, name: str) -> float | None:
         """When cluster ``name`` has a wait to read next (``time.monotonic``); None: none."""
-        slot = self.fleet._slots.get(name)
-        return slot.reconciler.next_health_step() if slot is not None else None
+        reconciler = self.fleet.reconcilers.get(name)
+        return reconciler.next_health_step() if reconciler is not None else None
 
     def unblocks(self, name: str, healths: Iterable[AppHealth]) -> list[str]:
         """Apps of ``name`` waiting on a dependency that these readings found rolled out."""
-        slot = self.fleet._slots.get(name)
-        if slot is None:
+        status = self.fleet.status.get(name)
+        if status is None:
             return []
         ready = {h.app for h in healths if h.done and h.state is HealthState.CURRENT}
         apps = {a.name: a for a in self.fleet.config.apps_of(name)}
         return [
             n
-            for n, st in slot.status.apps.items()
+            for n, st in status.apps.items()
             if st.state is PassState.WAITING and n in apps and ready & set(apps[n].depends_on)
         ]
 
@@ -97,7 +120,7 @@ class HealthWatch:
 
     def _ready(self, name: str) -> list[str]:
         """Apps of ``name`` waiting on dependencies that have all succeeded and rolled out since."""
-        st = self.fleet._slots[name].status
+        st = self.fleet.status[name]
         apps = {a.name: a for a in self.fleet.config.apps_of(name)}
 
         def ok(dep: str) -> bool:
@@ -115,20 +138,20 @@ class HealthWatch:
         """Every followed app's health, by (cluster, app)."""
         return {
             (name, app): st.health
-            for name, slot in self.fleet._slots.items()
-            for app, st in slot.status.apps.items()
+            for name, status in self.fleet.status.items()
+            for app, st in status.apps.items()
             if st.health is not None
         }
 
     def _record(self, cluster: str, health: AppHealth) -> None:
         fleet = self.fleet
-        slot = fleet._slots.get(cluster)
-        if slot is None or health.app not in slot.status.apps:
+        status, reconciler = fleet.status.get(cluster), fleet.reconcilers.get(cluster)
+        if status is None or reconciler is None or health.app not in status.apps:
             return  # removed by a config reload meanwhile
-        st = slot.status.app(health.app)
+        st = status.app(health.app)
         before = st.health
         st.health = health
-        cluster_state = slot.status.health or health.state
+        cluster_state = status.health or health.state
         fleet.metrics.app_health(cluster, health.app, health.state, cluster_state)
         # A wait's count grows; a new wait (a new pass) starts again from zero.
         grew = before is not None and before.revision == health.revision and health.reads >= before.reads
@@ -152,10 +175,10 @@ class HealthWatch:
         if ended and fleet.emit_events:
             try:
                 events.emit_health(
-                    slot.reconciler.client,
+                    reconciler.client,
                     cluster,
                     health,
-                    parent_name=slot.reconciler.parent_of(health.app),
+                    parent_name=reconciler.parent_of(health.app),
                     namespace=fleet.config.agent.namespace,
                     component=fleet.config.agent.name,
                 )

@@ -187,6 +187,8 @@ def render(results: dict[str, Any]) -> str:
         lines.append("")
     if "apps" in results:
         lines += _apps(results["apps"])
+    if "health" in results:
+        lines += _health(results["health"])
     lines += [
         "## Reading these numbers",
         "",
@@ -242,6 +244,41 @@ def _apps(apps: dict[str, Any]) -> list[str]:
         "",
         f"Requests per steady pass, each run: {row['requests_per_pass']}; by resource (median run): "
         f"{by_resource}.",
+        "",
+    ]
+
+
+def _health(health: dict[str, Any]) -> list[str]:
+    """Benchmark 8: what a wait on rollouts costs, per app and step."""
+    waiting, current, after = health["rows"]
+    apps = health["apps"]
+    w, p = waiting["agent"], waiting["peer"]
+    steps = health["steps"]
+    return [
+        f"## Health ({apps} apps x {health['deployments_per_app']} Deployments waiting on one cluster)",
+        "",
+        "Each app (`wait = true`) holds a Namespace, a ConfigMap, a Service and its Deployments, "
+        "which stay InProgress (no Deployment controller runs) until the benchmark writes their "
+        "status as the controller would. One step of every app's wait, counted at the server:",
+        "",
+        "| step | time (all apps) | server CPU | client CPU | requests | per app |",
+        "|---|---|---|---|---|---|",
+        f"| {waiting['metric']} | {w['seconds']:.3f} s | {_cpu(w, 'server')} | {_cpu(w, 'client')} "
+        f"| {_req(w['requests'])} | {waiting['requests_per_app']} |",
+        f"| peer: {waiting['peer_name']} | {p['seconds']:.3f} s | {_cpu(p, 'server')} | {_cpu(p, 'client')} "
+        f"| {_req(p['requests'])} | {p['requests']['total'] / apps:.2f} |",
+        f"| {current['metric']} | {current['agent']['seconds']:.3f} s | {_cpu(current['agent'], 'server')} "
+        f"| {_cpu(current['agent'], 'client')} | {_req(current['agent']['requests'])} "
+        f"| {current['requests_per_app']} |",
+        f"| {after['metric']} | {after['agent']['seconds']:.3f} s | | "
+        f"| {_req(after['agent']['requests'])} | 0 |",
+        "",
+        f"Steps of a wait in which nothing changes: {steps['1 min']} in the first minute, "
+        f"{steps['5 min']} in 5 minutes, {steps['30 min']} in 30 (1 s after the pass, doubling to 10 s); "
+        f"a 5-minute wait on a waiting app costs about {health['requests_per_app_in_5_min_waiting']} "
+        "requests. By resource (waiting step): "
+        + ", ".join(f"{k} {v}" for k, v in waiting["by_resource"].items())
+        + ".",
         "",
     ]
 

@@ -199,3 +199,23 @@ def test_benchmarks_apps_smoke_small_size_reads_every_app_with_one_list_per_kind
     md = next(tmp_path.glob("apps-*.md")).read_text()
     assert "## Apps (6 apps x 40 objects on one cluster, steady state)" in md
     assert "- steady state, 6 apps on one cluster: met" in md
+
+
+def test_benchmarks_health_smoke_counts_a_waiting_step_as_kinds_plus_children_per_namespace(
+    tmp_path: Path,
+) -> None:
+    clusters.require_control_plane()
+    argv = ["health", "--health-apps", "3", "--deployments-per-app", "2", "--reps", "1"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    health = json.loads(next(tmp_path.glob("health-*.json")).read_text())["health"]
+    waiting, current, after = health["rows"]
+    # Per app and step, counted at the server: its 4 kinds by label, and for its one namespace of
+    # waiting Deployments their ReplicaSets and Pods; reads only.
+    assert waiting["requests_per_app"] == 6 and waiting["agent"]["requests"]["by_verb"] == {"LIST": 18}
+    assert waiting["by_resource"]["LIST pods"] == 3 and waiting["by_resource"]["LIST replicasets"] == 3
+    # The step that finds them rolled out reads no children and writes each app's HealthCurrent Event.
+    assert "LIST pods" not in current["by_resource"] and current["by_resource"]["POST events"] == 3
+    assert after["agent"]["requests"]["total"] == 0  # every wait has ended: nothing more to read
+    assert health["steps"]["5 min"] > health["steps"]["1 min"] >= 4
+    md = next(tmp_path.glob("health-*.md")).read_text()
+    assert "## Health (3 apps x 2 Deployments waiting on one cluster)" in md

@@ -97,6 +97,33 @@ class DesiredObject:
         return str(self.manifest.get("apiVersion", ""))
 
 
+class DecryptFault(enum.StrEnum):
+    """Why an encrypted (SOPS) file did not decrypt: read by tests and reports, never parsed from text."""
+
+    #: The file is encrypted and the app has no decryption keys configured.
+    NO_KEYS = "no-keys"
+    #: None of the app's age identities opens the file's data key (sops exit 128).
+    NO_MATCHING_KEY = "no-matching-key"
+    #: The file changed after it was encrypted: its MAC does not match (sops exit 51, 24).
+    MAC_MISMATCH = "mac-mismatch"
+    #: An encrypted value does not authenticate: it was altered (sops exit 25).
+    TAMPERED = "tampered"
+    #: Not a file sops can read (no MAC, broken metadata, mixed documents...).
+    MALFORMED = "malformed"
+    #: Rendered output carries ciphertext that no encrypted file of the repository explains.
+    UNRESOLVED = "unresolved"
+    #: The pinned sops could not run (missing, timed out, output over the limit).
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class EncryptedSource:
+    """A SOPS-encrypted repository file a render read, and the age recipients it is encrypted to."""
+
+    file: str
+    recipients: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class DesiredSet:
     """A cluster's complete render. Only a render without error produces one."""
@@ -104,6 +131,11 @@ class DesiredSet:
     cluster: str
     revision: str
     objects: tuple[DesiredObject, ...]
+    #: The SOPS-encrypted files the objects came from (``diff --offline`` checks their recipients).
+    encrypted: tuple[EncryptedSource, ...] = ()
+    #: Rendered without decrypting (``diff --offline``): encrypted values are ciphertext, so
+    #: this set is for reports only and ``prepare`` refuses to send it anywhere.
+    sealed: bool = False
 
     @property
     def empty(self) -> bool:
@@ -490,6 +522,9 @@ DISABLED = "disabled"
 #: Users' annotations: fields to take over whatever the rules say; fields never to compare.
 FORCE_FIELDS = "gitops-agent.io/force-fields"
 IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
+#: On an object whose values were encrypted in Git (SOPS): a JSON list of the JSON pointers
+#: decrypted by the agent, masked in every report, log and page (docs/secrets.md).
+DECRYPTED_FIELDS = "gitops-agent.io/decrypted-fields"
 #: Users' annotation: delete and re-create the object when an immutable field changes.
 RECREATE = "gitops-agent.io/recreate"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"

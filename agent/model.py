@@ -297,6 +297,9 @@ class ApplyResult:
     note: Note | None = None
     #: Why a ``SKIPPED`` object was left alone.
     skip: SkipReason | None = None
+    #: The object holds secret values (a Secret, fields decrypted from Git): a server's message
+    #: about it may quote one, so it is never shown (Events and logs say the status only).
+    sensitive: bool = False
 
     @property
     def ok(self) -> bool:

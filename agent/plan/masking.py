@@ -107,6 +107,17 @@ def mask_secret(manifest: Manifest) -> Manifest:
     return mask_pair(manifest, None)[0]
 
 
+def mask_decrypted(manifest: Manifest) -> Manifest:
+    """A copy with only the fields decrypted from Git masked (``gitops-agent render``'s default)."""
+    paths = decrypted_paths(manifest)
+    if not paths:
+        return manifest
+    out = copy.deepcopy(manifest)
+    for path in paths:
+        _mask_at(out, {}, path)
+    return out
+
+
 def mask_pair(before: Manifest | None, after: Manifest | None) -> tuple[Manifest, Manifest]:
     """Masked copies of two versions of one object; a value that differs gets distinct markers."""
     b = copy.deepcopy(before) if before else {}

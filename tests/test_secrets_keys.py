@@ -7,6 +7,7 @@ the config and the file and environment sources.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -15,7 +16,9 @@ from agent.cli.main import main
 from agent.config.load import load_config
 from agent.config.types import Decryption
 from agent.errors import ConfigError, RenderError
+from agent.model import DesiredObject, DesiredSet, Provenance
 from agent.reconcile.keys import load_keys
+from agent.reconcile.stages import ClusterStages
 from tests.sopskit import age_key, encrypt
 
 RECIPIENT = age_key().recipient
@@ -149,3 +152,24 @@ def test_render_masks_decrypted_values_unless_asked_to_show_them(tmp_path: Path)
     assert "password: '***'" in masked.stdout and "SENTINEL" not in masked.stdout + masked.stderr
     shown = CliRunner().invoke(main, [*args, "--show-secrets"])
     assert shown.exit_code == 0 and "password: pw-SENTINEL" in shown.stdout
+
+
+def test_an_object_still_carrying_sops_metadata_or_a_sealed_render_is_never_prepared_for_a_cluster(
+    tmp_path: Path,
+) -> None:
+    """Whatever rendered it, ciphertext is refused before the cluster is even asked anything."""
+    cfg = load_config(write(tmp_path, CONFIG))
+
+    def no_cluster(_: object) -> Any:
+        raise AssertionError("the cluster was contacted")
+
+    stages = ClusterStages(cfg, cfg.cluster("a"), client_factory=no_cluster)
+    encrypted = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "sops": {"mac": "x"}}
+    carrying = DesiredSet("a", "r", (DesiredObject(encrypted, Provenance("db.yaml", 0, 1)),))
+    with pytest.raises(RenderError) as e:
+        stages.prepare(carrying, "id")
+    assert "db.yaml:1: Secret/db still carries sops metadata" in str(e.value)
+    plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    sealed = DesiredSet("a", "r", (DesiredObject(plain, Provenance("c.yaml")),), sealed=True)
+    with pytest.raises(RenderError, match="rendered without decrypting"):
+        stages.prepare(sealed, "id")

@@ -5,24 +5,28 @@
 # One place for versions: tools/versions.env. The base images below are ARG defaults
 # because FROM cannot read a file; tests/test_packaging.py checks they equal versions.env,
 # and the tools stage reads KUSTOMIZE_VERSION and HELM_VERSION from that file, building
-# them exactly as scripts/install-control-plane does (the test compares the commands).
-# The final stage holds Python, the agent in a virtualenv, kustomize, helm, ssh-keygen and
-# gpg (commit signature checks); no compilers, no Go, no pip cache. It runs as uid 65532
+# them exactly as scripts/install-control-plane does (the test compares the commands), and
+# sops from its GO_TOOL_sops pin as scripts/install-go-tools does.
+# The final stage holds Python, the agent in a virtualenv, kustomize, helm, sops (encrypted
+# manifests), ssh-keygen and gpg (commit signature checks); no compilers, no Go, no pip cache. It runs as uid 65532
 # with a read-only root filesystem: HOME=/tmp and the Git cache are volumes (manifests/).
 
 ARG GO_BUILDER_IMAGE=golang:1.26-bookworm
 ARG PYTHON_BASE_IMAGE=python:3.11-slim-bookworm
 
-# --- kustomize and helm, built from the Go module proxy at the pinned versions
+# --- kustomize, helm and sops, built from the Go module proxy at the pinned versions
 FROM ${GO_BUILDER_IMAGE} AS tools
 WORKDIR /src
 COPY tools/versions.env ./
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath" GOBIN=/out
+# GO_TOOL_sops is <package>@<version> from versions.env (the linters cannot see either in it).
+# hadolint ignore=DL3062,SC2154
 RUN set -eu; . ./versions.env; \
     go install -ldflags "-s -w" "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"; \
     go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
       "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"; \
-    /out/kustomize version; /out/helm version --short
+    go install -ldflags "-s -w" "${GO_TOOL_sops}"; \
+    /out/kustomize version; /out/helm version --short; /out/sops --version --disable-version-check
 
 # --- the agent and its dependencies in a virtualenv (binary wheels; nothing is compiled)
 FROM ${PYTHON_BASE_IMAGE} AS venv
@@ -45,7 +49,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 65532 --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin agent
 COPY --from=venv /opt/gitops-agent /opt/gitops-agent
-COPY --from=tools /out/kustomize /out/helm /usr/local/bin/
+COPY --from=tools /out/kustomize /out/helm /out/sops /usr/local/bin/
 # HOME=/tmp and GITOPS_AGENT_CACHE are emptyDir volumes in manifests/ (read-only root filesystem).
 ENV PATH=/opt/gitops-agent/bin:$PATH \
     HOME=/tmp \

@@ -25,7 +25,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from agent.model import Failure, FailureReason, Refusal
+from agent.model import DecryptFault, Failure, FailureReason, Refusal
 
 
 class AgentError(Exception):
@@ -68,6 +68,8 @@ class RenderProblem:
     message: str
     line: int | None = None
     column: int | None = None
+    #: Set when the problem is an encrypted file that did not decrypt.
+    fault: DecryptFault | None = None
 
     def __str__(self) -> str:
         where = self.file

@@ -101,6 +101,33 @@ class DesiredObject:
         return str(self.manifest.get("apiVersion", ""))
 
 
+class DecryptFault(enum.StrEnum):
+    """Why an encrypted (SOPS) file did not decrypt: read by tests and reports, never parsed from text."""
+
+    #: The file is encrypted and the app has no decryption keys configured.
+    NO_KEYS = "no-keys"
+    #: None of the app's age identities opens the file's data key (sops exit 128).
+    NO_MATCHING_KEY = "no-matching-key"
+    #: The file changed after it was encrypted: its MAC does not match (sops exit 51, 24).
+    MAC_MISMATCH = "mac-mismatch"
+    #: An encrypted value does not authenticate: it was altered (sops exit 25).
+    TAMPERED = "tampered"
+    #: Not a file sops can read (no MAC, broken metadata, mixed documents...).
+    MALFORMED = "malformed"
+    #: Rendered output carries ciphertext that no encrypted file of the repository explains.
+    UNRESOLVED = "unresolved"
+    #: The pinned sops could not run (missing, timed out, output over the limit).
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class EncryptedSource:
+    """A SOPS-encrypted repository file a render read, and the age recipients it is encrypted to."""
+
+    file: str
+    recipients: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class DesiredSet:
     """A cluster's complete render. Only a render without error produces one."""
@@ -108,6 +135,11 @@ class DesiredSet:
     cluster: str
     revision: str
     objects: tuple[DesiredObject, ...]
+    #: The SOPS-encrypted files the objects came from (``diff --offline`` checks their recipients).
+    encrypted: tuple[EncryptedSource, ...] = ()
+    #: Rendered without decrypting (``diff --offline``): encrypted values are ciphertext, so
+    #: this set is for reports only and ``prepare`` refuses to send it anywhere.
+    sealed: bool = False
 
     @property
     def empty(self) -> bool:
@@ -269,6 +301,9 @@ class ApplyResult:
     note: Note | None = None
     #: Why a ``SKIPPED`` object was left alone.
     skip: SkipReason | None = None
+    #: The object holds secret values (a Secret, fields decrypted from Git): a server's message
+    #: about it may quote one, so it is never shown (Events and logs say the status only).
+    sensitive: bool = False
 
     @property
     def ok(self) -> bool:
@@ -618,6 +653,9 @@ IGNORE_FIELDS = "gitops-agent.io/ignore-fields"
 #: Users' annotation: leave the object out of health ("ignore").
 HEALTH = "gitops-agent.io/health"
 HEALTH_IGNORE = "ignore"
+#: On an object whose values were encrypted in Git (SOPS): a JSON list of the JSON pointers
+#: decrypted by the agent, masked in every report, log and page (docs/secrets.md).
+DECRYPTED_FIELDS = "gitops-agent.io/decrypted-fields"
 #: Users' annotation: delete and re-create the object when an immutable field changes.
 RECREATE = "gitops-agent.io/recreate"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"

@@ -11,12 +11,14 @@ from pathlib import Path
 from textwrap import dedent
 from typing import Any
 
+import jsonschema
 import pygit2
 from click.testing import CliRunner, Result
 
 from agent.cli.diff import diff
 from agent.dev.demo import commit_directory
 from tests.agentkit import make_repo, write_config
+from tests.sopskit import age_key, encrypt
 
 BASE_FILES = {
     "clusters/alpha/app.yaml": """
@@ -194,3 +196,61 @@ def test_offline_usage_errors_exit_2(tmp_path: Path) -> None:
         diff, ["--offline", "--repo", str(tmp_path / "nope"), "--base", "a", "--head", "b"]
     )
     assert missing.exit_code == 2 and "source error" in missing.stderr
+
+
+# -- encrypted files and Secrets (docs/secrets.md) ---------------------------------------------
+
+
+def test_offline_flags_a_file_not_encrypted_to_a_target_clusters_recipient_before_merge(
+    tmp_path: Path,
+) -> None:
+    """The PR check holds no private key: it reads recipients; a cluster missing from them fails it."""
+    alpha, beta = age_key(), age_key()
+    secret = (
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop}\nstringData: {p: SENTINEL-pw}\n"
+    )
+    repo = make_repo(tmp_path, {"shared/keep.yaml": BASE_FILES["clusters/beta/app.yaml"]})
+    base = str(pygit2.Repository(str(repo.path)).head.target)
+    repo.commit(
+        {
+            "shared/keep.yaml": BASE_FILES["clusters/beta/app.yaml"],
+            "shared/db.yaml": encrypt(secret, alpha.recipient),  # beta's recipient forgotten
+            "shared/plain.yaml": secret.replace("name: db", "name: plain"),
+        },
+        "add the database password",
+    )
+    nowhere = tmp_path / "nowhere.kubeconfig"
+    nowhere.write_text(NOWHERE)
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(
+        f'[source]\nurl = "{repo.path}"\n\n'
+        + "".join(
+            f'[[clusters]]\nname = "{name}"\nkubeconfig = "{nowhere}"\npath = "shared"\n\n'
+            f'[clusters.decryption]\nage_key_env = "UNUSED"\nage_recipients = ["{key.recipient}"]\n\n'
+            for name, key in (("alpha", alpha), ("beta", beta))
+        )
+    )
+    result, doc = run("--repo", str(repo.path), "--base", base, "--head", "main", "--config", str(cfg))
+    assert result.exit_code == 2, result.output  # an error: the check fails before merge
+    findings = {
+        c["name"]: [(f["kind"], f["severity"], f["file"]) for a in c["apps"] for f in a["findings"]]
+        for c in doc["clusters"]
+    }
+    plaintext = ("plaintext-secret", "warning", "shared/plain.yaml")
+    assert findings == {
+        "alpha": [plaintext],
+        "beta": [("not-encrypted-to", "error", "shared/db.yaml"), plaintext],
+    }
+    beta_section = next(c for c in doc["clusters"] if c["name"] == "beta")
+    assert beta.recipient in beta_section["apps"][0]["findings"][0]["message"]
+    # The encrypted Secret is in the diff, its ciphertext masked; nothing was decrypted.
+    assert "Secret/shop/db" in by_key(doc, "alpha")
+    assert "ENC[" not in result.stdout and "SENTINEL-pw" not in json.dumps(
+        by_key(doc, "alpha")["Secret/shop/db"]
+    )
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "report-schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    text = CliRunner().invoke(
+        diff, ["--offline", "--repo", str(repo.path), "--base", base, "--head", "main", "--config", str(cfg)]
+    )
+    assert "error: shared/db.yaml: not encrypted to" in text.stdout

@@ -69,9 +69,11 @@ MIRRORS = {
     "apps.helm": "clusters.helm",
     "apps.conflict_rules": "conflict_rules",
     "apps.health_checks": "health_checks",
+    "clusters.decryption": "defaults.decryption",
+    "apps.decryption": "defaults.decryption",
 }
 #: Sections of the example whose values must be the defaults (the others are illustrations).
-DEFAULT_SECTIONS = ("agent", "source", "source.auth", "source.verify", "defaults")
+DEFAULT_SECTIONS = ("agent", "source", "source.auth", "source.verify", "defaults", "defaults.decryption")
 ILLUSTRATIVE = {("source", "url")}
 
 Key = tuple[str, str]
@@ -82,9 +84,16 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
     return {
         "agent": {},
         "source": {"url": "https://git.example.com/fleet.git", "auth": {}, "verify": {}},
-        "defaults": {},
+        "defaults": {"decryption": {}},
         "clusters": [
-            {"name": "c", "kubeconfig": str(kubeconfig), "path": "p", "vars": {}, "helm": {"chart": "chart"}}
+            {
+                "name": "c",
+                "kubeconfig": str(kubeconfig),
+                "path": "p",
+                "vars": {},
+                "helm": {"chart": "chart"},
+                "decryption": {},
+            }
         ],
         "conflict_rules": [{"manager": "*", "action": "yield"}],
         "health_checks": [{"api_version": "example.com/v1", "kind": "Widget", "current": "true"}],
@@ -98,6 +107,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
                 "helm": {"chart": "chart"},
                 "conflict_rules": [{"manager": "*", "action": "yield"}],
                 "health_checks": [{"api_version": "example.com/v1", "kind": "Widget", "current": "true"}],
+                "decryption": {},
             }
         ],
     }
@@ -135,6 +145,7 @@ def accepted_keys(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[se
     tables |= {"source.auth", "source.verify", "clusters.vars", "clusters.helm"}
     tables |= {"sources.auth", "sources.verify", "apps.vars", "apps.helm", "apps.conflict_rules"}
     tables |= {"apps.health_checks"}
+    tables |= {"defaults.decryption", "clusters.decryption", "apps.decryption"}
     keys = {(s, k) for s, k in seen if f"{s}.{k}".strip(".") not in tables}
     return keys, tables
 
@@ -196,13 +207,15 @@ def literal(cell: str) -> Any:
 def test_configuration_reference_lists_exactly_the_keys_the_loader_accepts(
     kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keys, _ = accepted_keys(kubeconfig, monkeypatch)
+    keys, tables = accepted_keys(kubeconfig, monkeypatch)
     settings = {k for s, k in keys if s == "defaults"}
     assert set(documented()) == documented_once(keys)
     # A [[clusters]] entry takes every [defaults] key too; the reference says so once.
     text = REFERENCE.read_text()
     assert "may set any\nkey of `[defaults]`" in text
-    assert settings == config_mod.setting_keys()
+    # ... its tables (`decryption`) included, each documented as a table of its own.
+    sub_tables = {t.partition(".")[2] for t in tables if t.startswith("defaults.")}
+    assert settings | sub_tables == config_mod.setting_keys()
     # An [[apps]] entry takes some of them; the reference names exactly those.
     assert app_settings_sentence() == {k for s, k in keys if s == "apps" and k in settings}
     for table, mirrored in MIRRORS.items():

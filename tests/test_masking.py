@@ -11,9 +11,19 @@ import structlog
 import structlog.testing
 
 from agent.config.load import load_config
-from agent.model import ApplyResult, ClusterResult, ObjectKey, Outcome
-from agent.plan.masking import LAST_APPLIED, MASK, MASK_AFTER, MASK_BEFORE, mask_pair, mask_secret, mask_value
+from agent.model import DECRYPTED_FIELDS, ApplyResult, ClusterResult, ObjectKey, Outcome
+from agent.plan.masking import (
+    LAST_APPLIED,
+    MASK,
+    MASK_AFTER,
+    MASK_BEFORE,
+    mask_pair,
+    mask_secret,
+    mask_value,
+    masks_of,
+)
 from agent.report import events
+from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.run.fleet import Fleet
 
 SECRET: dict[str, Any] = {
@@ -49,6 +59,68 @@ def test_other_kinds_and_paths_are_left_alone() -> None:
     assert mask_value(("f:data", "f:a"), "b", secret=False) == "b"
     assert mask_value(("f:data", "f:a"), "b", secret=True) == MASK
     assert mask_value(("f:type",), "Opaque", secret=True) == "Opaque"
+
+
+# ---------------------------------------------------------------------------
+# Fields decrypted from Git (SOPS) on any kind: the render lists them in an annotation.
+
+DECRYPTED: dict[str, Any] = {
+    "apiVersion": "example.com/v1",
+    "kind": "Database",
+    "metadata": {"name": "db", "annotations": {DECRYPTED_FIELDS: '["/spec/auth/password","/spec/hosts"]'}},
+    "spec": {"auth": {"password": "pw-SENTINEL", "user": "app"}, "hosts": ["h1-SENTINEL"], "size": 3},
+}
+
+
+def test_decrypted_fields_are_masked_on_any_kind_and_the_rest_is_shown() -> None:
+    masked = mask_secret(DECRYPTED)
+    assert masked["spec"] == {"auth": {"password": MASK, "user": "app"}, "hosts": MASK, "size": 3}
+    assert DECRYPTED["spec"]["auth"]["password"] == "pw-SENTINEL", "the input is not modified"
+
+
+def test_the_annotation_on_either_version_masks_both_and_says_what_changed() -> None:
+    """A live object keeps the annotation once applied: a view of it alone (a prune) is masked too."""
+    live = json.loads(json.dumps(DECRYPTED))
+    git = json.loads(json.dumps(DECRYPTED))
+    del git["metadata"]["annotations"]
+    git["spec"]["auth"]["password"] = "new-SENTINEL"
+    before, after = mask_pair(live, git)
+    assert (before["spec"]["auth"]["password"], after["spec"]["auth"]["password"]) == (
+        MASK_BEFORE,
+        MASK_AFTER,
+    )
+    assert before["spec"]["hosts"] == after["spec"]["hosts"] == MASK
+    assert "SENTINEL" not in json.dumps([before, after])
+
+
+def test_a_conflict_value_inside_or_around_a_decrypted_field_is_masked() -> None:
+    masks = masks_of(DECRYPTED)
+    assert mask_value(("f:spec", "f:auth", "f:password"), "pw", secret=masks) == MASK
+    assert mask_value(("f:spec", "f:auth"), {"password": "pw"}, secret=masks) == {"password": MASK}
+    assert mask_value(("f:spec", "f:hosts"), ["h1"], secret=masks) == MASK
+    assert mask_value(("f:spec", "f:size"), 3, secret=masks) == 3
+    assert mask_value(("f:spec", "f:auth", "f:user"), "app", secret=masks) == "app"
+
+
+def test_a_diff_report_and_its_messages_never_show_a_decrypted_value() -> None:
+    after = json.loads(json.dumps(DECRYPTED))
+    after["spec"]["auth"]["password"] = "new-SENTINEL"
+    after["spec"]["size"] = 4
+    text, fields = diff_objects(DECRYPTED, after, from_label="live", to_label="git")
+    assert "SENTINEL" not in text + repr(fields)
+    assert "size: 4" in text and "password" in text
+    secrets = secret_strings([DECRYPTED, after])
+    assert scrub('spec.auth.password: Invalid value: "new-SENTINEL"', secrets) == (
+        'spec.auth.password: Invalid value: "***"'
+    )
+
+
+def test_an_event_for_a_failed_object_with_decrypted_fields_carries_the_status_only() -> None:
+    key = ObjectKey("example.com", "Database", "ns", "db")
+    failed = ApplyResult(
+        key, Outcome.FAILED, status=422, message='Invalid value: "pw-SENTINEL"', sensitive=True
+    )
+    assert events.message_for(failed) == "Database.example.com/ns/db: HTTP 422"
 
 
 # ---------------------------------------------------------------------------

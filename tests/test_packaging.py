@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 VERSIONS = ROOT / "tools" / "versions.env"
 INSTALL_SCRIPT = ROOT / "scripts" / "install-control-plane"
+GO_TOOLS_SCRIPT = ROOT / "scripts" / "install-go-tools"
 BASE = ROOT / "manifests" / "base"
 
 #: Binaries the agent runs inside the image (outside the render tools) → the Debian package.
@@ -163,7 +164,7 @@ def test_base_images_are_the_ones_in_versions_env() -> None:
 
 def test_dockerfile_builds_kustomize_and_helm_exactly_as_the_control_plane_script() -> None:
     docker, script = DOCKERFILE.read_text(), INSTALL_SCRIPT.read_text()
-    ours, theirs = go_installs(docker), go_installs(script)
+    ours, theirs = go_installs(docker)[:2], go_installs(script)
     assert [t for _, t in ours] == [
         "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION",
         "helm.sh/helm/v3/cmd/helm@$HELM_VERSION",
@@ -182,6 +183,21 @@ def test_dockerfile_builds_kustomize_and_helm_exactly_as_the_control_plane_scrip
     script_env = _exports(script)
     for key in ("CGO_ENABLED", "GOTOOLCHAIN", "GOFLAGS"):
         assert env[key] == script_env[key], key
+
+
+def test_dockerfile_builds_sops_from_its_pin_exactly_as_install_go_tools() -> None:
+    """sops decrypts manifests in the image: built from ``GO_TOOL_sops`` like the script builds it."""
+    docker, script = DOCKERFILE.read_text(), GO_TOOLS_SCRIPT.read_text()
+    ours = go_installs(docker)
+    assert [t for _, t in ours[2:]] == ["$GO_TOOL_sops"]
+    (script_flags,) = {flags for flags, _ in go_installs(script)}
+    assert ours[2][0] == script_flags
+    assert versions()["GO_TOOL_sops"].startswith("github.com/getsops/sops/v3/cmd/sops@v")
+    # The script builds with the environment the tools stage sets.
+    env = env_of(parse_dockerfile(docker).stage("tools"))
+    exported = _exports(script)
+    for key in ("CGO_ENABLED", "GOTOOLCHAIN", "GOFLAGS"):
+        assert env[key] == exported[key], key
 
 
 def _exports(script: str) -> dict[str, str]:
@@ -206,6 +222,17 @@ def test_pinned_kustomize_and_helm_report_the_pinned_versions() -> None:
     assert k.stdout.strip() == pinned["KUSTOMIZE_VERSION"]
     # `go install` builds carry no git commit: "v3.19.5", not "v3.19.5+gabcdef".
     assert h.stdout.strip().split("+")[0] == pinned["HELM_VERSION"]
+
+
+def test_pinned_sops_reports_the_pinned_version() -> None:
+    try:
+        sops = tool("sops")
+    except LocalClusterError as e:
+        pytest.fail(str(e))
+    out = subprocess.run(
+        [sops, "--version", "--disable-version-check"], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert out.stdout.split()[:2] == ["sops", versions()["GO_TOOL_sops"].rpartition("@v")[2]]
 
 
 def test_go_builder_image_is_the_go_the_control_plane_script_builds_with() -> None:
@@ -277,8 +304,8 @@ def test_image_holds_every_binary_the_agent_runs() -> None:
     for package in IMAGE_BINARIES.values():
         assert f" {package}" in installed, package
     copied = [a for a in final.all("COPY") if a.startswith("--from=tools")]
-    assert copied == ["--from=tools /out/kustomize /out/helm /usr/local/bin/"]
-    assert set(PATH_FALLBACK) == {"kustomize", "helm"}
+    assert copied == ["--from=tools /out/kustomize /out/helm /out/sops /usr/local/bin/"]
+    assert set(PATH_FALLBACK) == {"kustomize", "helm", "sops"}
 
 
 @pytest.mark.parametrize("command", [["demo"], ["local-cluster", "start", "--name", "x"]])

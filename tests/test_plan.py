@@ -123,6 +123,18 @@ def test_a_secret_body_is_masked_and_request_body_restores_it() -> None:
     assert change.body["data"]["password"] == "***", "request_body must not unmask the plan"
 
 
+def test_decrypted_fields_of_any_kind_are_masked_in_the_plan_and_request_body_restores_them() -> None:
+    spec = yaml.safe_load((FIXTURES / "update-decrypted-configmap-masked.yaml").read_text())
+    desired = DesiredObject(spec["desired"], Provenance("c.yaml"))
+    for live in (spec["live"], None):  # an update, and a create
+        change = plan_object(desired, live, _options(None))
+        assert change.body is not None
+        assert change.body["data"] == {"token": "***", "dsn": "***", "level": "debug"}
+        real = request_body(change, desired)
+        assert real is not None and real["data"] == spec["desired"]["data"]
+        assert change.body["data"]["token"] == "***", "request_body must not unmask the plan"
+
+
 def test_plan_gives_each_object_one_change_and_skips_unknown_live_state() -> None:
     base = yaml.safe_load((FIXTURES / "noop-foreign-label-kept.yaml").read_text())
     a = DesiredObject(base["desired"], Provenance("a.yaml"))

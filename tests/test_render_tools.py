@@ -45,6 +45,22 @@ def test_the_subprocess_runner_returns_exit_code_stdout_and_stderr(tmp_path: Pat
     )
 
 
+def test_the_subprocess_runner_feeds_stdin_larger_than_a_pipe_while_reading_stdout(tmp_path: Path) -> None:
+    """sops reads ciphertext from stdin: input and output both past a pipe's buffer never deadlock."""
+    data = bytes(range(256)) * 8192  # 2 MiB
+    code = "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"
+    argv = [sys.executable, "-c", code]
+    res = run_subprocess(argv, cwd=tmp_path, env={}, timeout=30, max_output=len(data), stdin=data)
+    assert (res.returncode, res.timed_out, res.truncated) == (0, False, False)
+    assert res.stdout == data
+
+
+def test_the_subprocess_runner_survives_a_command_that_stops_reading_its_stdin(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import sys; sys.exit(7)"]
+    res = run_subprocess(argv, cwd=tmp_path, env={}, timeout=30, max_output=1024, stdin=b"x" * (1 << 20))
+    assert (res.returncode, res.timed_out) == (7, False)
+
+
 class FakeRunner:
     """Answers every command with one canned result, recording what it was asked."""
 

@@ -123,11 +123,25 @@ def run(
     type=click.Path(file_okay=False, exists=True),
     help="Root of a local checkout to render instead of fetching (e.g. a PR's working tree).",
 )
+@click.option(
+    "--show-secrets",
+    is_flag=True,
+    help="Print the values decrypted from SOPS files (masked as *** unless given).",
+)
 def render_cmd(
-    config_file: str, cluster_name: str, app_name: str | None, revision: str | None, tree: str | None
+    config_file: str,
+    cluster_name: str,
+    app_name: str | None,
+    revision: str | None,
+    tree: str | None,
+    show_secrets: bool,
 ) -> None:
-    """Print the rendered YAML stream of one app (deterministic; needs no cluster access)."""
-    from agent.reconcile.reconciler import app_render_spec
+    """Print the rendered YAML stream of one app (deterministic; needs no cluster access, unless
+    the app's decryption key is a Secret in its cluster)."""
+    from dataclasses import replace
+
+    from agent.plan.masking import mask_decrypted
+    from agent.reconcile.stages import ClusterStages
     from agent.render.renderer import dump_stream, render
 
     cfg = load(config_file, [cluster_name])
@@ -135,19 +149,28 @@ def render_cmd(
     if revision and tree:
         raise click.UsageError("give --revision or --path, not both")
     (app,) = select_apps(cfg, cluster_name, app_name, command="render", one=True)
+    stages = ClusterStages(cfg, cfg.cluster(cluster_name))
     try:
         if tree:
             root, sha = Path(tree).resolve(), ""
         else:
             rev = resolve_app(cfg, app, revision)
             root, sha = rev.tree, rev.sha
-        desired = render(root, app_render_spec(app), revision=sha)
+        desired = render(root, stages.spec_for(app), revision=sha)
     except RenderError as e:
         click.echo(str(e), err=True)
         sys.exit(EXIT_USAGE)
     except SourceError as e:
         click.echo(f"source error: {e}", err=True)
         sys.exit(EXIT_FAILED)
+    except AgentError as e:  # the cluster holding the app's key Secret could not be read
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
+    finally:
+        stages.close()
+    if not show_secrets:
+        masked = tuple(replace(o, manifest=mask_decrypted(o.manifest)) for o in desired.objects)
+        desired = replace(desired, objects=masked)
     click.echo(dump_stream(desired), nl=False)
 
 

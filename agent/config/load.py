@@ -34,6 +34,7 @@ from agent.config.types import (
     ClusterSettings,
     Config,
     ConflictRule,
+    Decryption,
     HelmSettings,
     Leases,
     LogFormat,
@@ -50,6 +51,7 @@ from agent.errors import ConfigError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _E = TypeVar("_E", bound=StrEnum)
 
 
@@ -62,7 +64,45 @@ def _member(r: TableReader, name: str, value: str, kind: type[_E]) -> _E:
     return kind(value)
 
 
-def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
+_AGE_RECIPIENT = re.compile(r"^age1[02-9ac-hj-np-z]{58}$")
+
+
+def _decryption(r: TableReader, base_dir: Path) -> Decryption:
+    """A `decryption` table: it replaces the inherited one as a whole (``Decryption``)."""
+    d = Decryption()
+    key_file = r.get("age_key_file", str, d.age_key_file)
+    if key_file:
+        key_file = str((base_dir / os.path.expanduser(key_file)).resolve())
+    key_env = r.get("age_key_env", str, d.age_key_env)
+    if key_env and not _VAR_NAME.match(key_env):
+        raise r.error("age_key_env", f"not an environment variable name: {key_env!r}")
+    secret_name = r.get("secret_name", str, d.secret_name)
+    if secret_name and not _DNS_SUBDOMAIN.match(secret_name):
+        raise r.error("secret_name", f"not a valid Secret name: {secret_name!r}")
+    secret_namespace = r.get("secret_namespace", str, d.secret_namespace)
+    if secret_namespace and not _DNS_LABEL.match(secret_namespace):
+        raise r.error("secret_namespace", f"not a valid namespace name: {secret_namespace!r}")
+    if secret_namespace and not secret_name:
+        raise r.error("secret_namespace", "needs secret_name (the Secret holding the age identities)")
+    recipients = r.string_list("age_recipients") or ()
+    for i, rcpt in enumerate(recipients):
+        if not _AGE_RECIPIENT.match(rcpt):
+            raise ConfigError(
+                f"{r.key('age_recipients')}[{i}]",
+                f"not an age public key (age1 and 58 bech32 characters): {rcpt!r}",
+                file=r.file,
+            )
+    r.finish()
+    return Decryption(
+        age_key_file=key_file,
+        age_key_env=key_env,
+        secret_name=secret_name,
+        secret_namespace=secret_namespace,
+        age_recipients=recipients,
+    )
+
+
+def _settings(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterSettings:
     s = base
     values: dict[str, Any] = {}
     if (v := r.get("field_manager", str)) is not None:
@@ -106,6 +146,8 @@ def _settings(r: TableReader, base: ClusterSettings) -> ClusterSettings:
         values["default_namespace"] = v
     if (ex := r.string_list("exclude")) is not None:
         values["exclude"] = ex
+    if (dec := r.sub("decryption")) is not None:
+        values["decryption"] = _decryption(dec, base_dir)
     return replace(s, **values)
 
 
@@ -185,7 +227,7 @@ def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterCo
     helm = _helm(r, name)
     if helm is not None and not all_paths:
         raise r.error("helm", "needs path or paths (the chart renders with this entry's own app)")
-    settings = _settings(r, base)
+    settings = _settings(r, base, base_dir)
     r.finish()
     return ClusterConfig(
         name=name,
@@ -353,6 +395,7 @@ def _app(
     sources: tuple[NamedSource, ...],
     rules: tuple[ConflictRule, ...],
     checks: tuple[HealthCheck, ...],
+    base_dir: Path,
 ) -> list[AppConfig]:
     """One `[[apps]]` entry: one AppConfig per cluster it names, settings merged over each's."""
     name = r.get("name", str, required=True)
@@ -412,7 +455,7 @@ def _app(
             name=name,
             cluster=cluster,
             paths=paths,
-            settings=_settings(r, clusters[cluster].settings),
+            settings=_settings(r, clusters[cluster].settings, base_dir),
             conflict_rules=rules,
             health_checks=checks,
             source=source,
@@ -454,7 +497,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     sources = _sources(top, base_dir)
     defaults = CLUSTER_DEFAULTS
     if (d := top.sub("defaults")) is not None:
-        defaults = _settings(d, defaults)
+        defaults = _settings(d, defaults, base_dir)
         d.finish()
     clusters_raw = top.get("clusters", list, required=True)
     if not clusters_raw:
@@ -478,7 +521,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
             _conflict_rule(TableReader(t, f"conflict_rules[{i}]", file)) for i, t in enumerate(rules_raw)
         )
     checks = health_checks(top.get("health_checks", list) or [], "health_checks", file)
-    apps = _apps(top, clusters, sources, rules, checks)
+    apps = _apps(top, clusters, sources, rules, checks, base_dir)
     # Before the apps are checked together: `[[app]]` is a typo, not a cluster serving no app.
     top.finish()
     check_apps(apps, clusters, file=file)
@@ -500,6 +543,7 @@ def _apps(
     sources: tuple[NamedSource, ...],
     rules: tuple[ConflictRule, ...],
     checks: tuple[HealthCheck, ...],
+    base_dir: Path,
 ) -> list[Placed]:
     """The implicit apps of `[[clusters]]` entries, then each `[[apps]]` entry's, in config order."""
     placed: list[Placed] = []
@@ -520,7 +564,7 @@ def _apps(
         entry = f"apps[{i}]"
         placed.extend(
             Placed(a, entry)
-            for a in _app(_AppReader(table, entry, top.file), by_name, sources, rules, checks)
+            for a in _app(_AppReader(table, entry, top.file), by_name, sources, rules, checks, base_dir)
         )
     return placed
 

@@ -167,6 +167,32 @@ class HelmSettings:
 
 
 @dataclass(frozen=True)
+class Decryption:
+    """Where an app's age identities come from, for SOPS-encrypted manifests (docs/secrets.md).
+
+    A `decryption` table replaces the one it inherits as a whole (`[defaults]` → cluster →
+    app), so an app given its own keys never gets its cluster's as well.
+    """
+
+    #: A file of age identities (`AGE-SECRET-KEY-1…`, one a line), on the agent's machine.
+    age_key_file: str = ""
+    #: An environment variable holding age identities.
+    age_key_env: str = ""
+    #: A Secret in the cluster the app goes to, whose keys ending in `.agekey` hold identities.
+    secret_name: str = ""
+    #: Its namespace ("": `[agent] namespace`).
+    secret_namespace: str = ""
+    #: Public keys (`age1…`) every encrypted file of the app must be encrypted to
+    #: (checked by `diff --offline`, which has no private key).
+    age_recipients: tuple[str, ...] = ()
+
+    @property
+    def has_keys(self) -> bool:
+        """Some source of identities is configured."""
+        return bool(self.age_key_file or self.age_key_env or self.secret_name)
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """Everything a `[defaults]` table may set and a `[[clusters]]` entry may override."""
 
@@ -192,6 +218,8 @@ class ClusterSettings:
     health_timeout: float = 300.0
     #: Seconds a Failed health must hold before it counts (shorter flaps read InProgress).
     health_debounce: float = 30.0
+    #: SOPS decryption keys (the `decryption` table).
+    decryption: Decryption = Decryption()
 
 
 @dataclass(frozen=True)
@@ -257,6 +285,7 @@ APP_SETTING_KEYS = frozenset(
         "wait",
         "health_timeout",
         "health_debounce",
+        "decryption",
     }
 )
 

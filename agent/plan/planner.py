@@ -115,6 +115,8 @@ class _Context:
     live: Manifest
     node: Node
     secret: bool
+    #: What of the object is masked in the change: a Secret's values, decrypted fields.
+    masks: masking.Masks
     ours: ManagedEntry | None
     others: tuple[ManagedEntry, ...]
 
@@ -189,6 +191,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(manifest.get("kind", "")))
     secret = masking.is_secret(manifest)
+    masks = masking.masks_of(manifest, live)
     ignored = _pointer_paths(manifest, IGNORE_FIELDS, node)
     rv = str((live or {}).get("metadata", {}).get("resourceVersion") or "") or None
     uid = str((live or {}).get("metadata", {}).get("uid") or "") or None
@@ -201,7 +204,8 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
 
     body = _clean(manifest, ignored, node)
     if live is None:
-        shown = masking.mask_secret(body) if secret else body
+        # Masked by what the body itself says, so that ``request_body`` restores exactly that.
+        shown = masking.mask_secret(body)
         if not options.detail:
             return _change(desired, Action.CREATE, body=shown)
         paths = manifest_paths(body, node)
@@ -219,7 +223,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     skip, refusal, adopting = _adoption(live, entries, ours, options)
     if skip is not None:
         return _change(desired, Action.SKIP, reason=refusal, skip=skip, **ids)
-    ctx = _Context(body, live, node, secret, ours, tuple(e for e in entries if e is not ours))
+    ctx = _Context(body, live, node, secret, masks, ours, tuple(e for e in entries if e is not ours))
 
     diff = differences(body, live, node, owned=ours.paths if ours else frozenset(), secret=secret)
     changed = diff.changed
@@ -255,14 +259,14 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     ops: tuple[dict[str, Any], ...] = ()
     if options.detail:
         expected = expected_after(live, body, released, node)
-        before, after = masking.mask_pair(live, expected) if secret else (live, expected)
+        before, after = masking.mask_pair(live, expected) if masks else (live, expected)
         ops = tuple(jsonpatch.make_patch(for_report(before), for_report(after)).patch)
     forced = any(c.resolution is Resolution.FORCE for c in conflicts)
     reason = _update_reason(ctx, adopting, pending, released, options, diff.reordered, diff.inside)
     return _change(
         desired,
         Action.UPDATE,
-        body=masking.mask_secret(body) if secret else body,
+        body=masking.mask_secret(body),
         declared=declared,
         changed=frozenset(changed | diff.reordered),
         released=released,
@@ -349,8 +353,8 @@ def _conflicts(
                     operation=e.operation,
                     subresource=e.subresource,
                     resolution=final,
-                    desired=masking.mask_value(unit, desired_value, secret=ctx.secret),
-                    live=masking.mask_value(unit, live_value, secret=ctx.secret),
+                    desired=masking.mask_value(unit, desired_value, secret=ctx.masks),
+                    live=masking.mask_value(unit, live_value, secret=ctx.masks),
                 )
             )
     return tuple(out)
@@ -451,19 +455,35 @@ def expected_object(desired: DesiredObject, live: Manifest | None, options: Plan
 
 
 def request_body(change: Change, desired: DesiredObject) -> Manifest | None:
-    """The body to send for ``change``: ``change.body`` with a Secret's masked values restored from Git."""
+    """The body to send for ``change``: ``change.body`` with its masked values restored from Git."""
     if change.body is None:
         return None
-    if not masking.is_secret(change.body):
+    masks = masking.masks_of(change.body)
+    if not masks:
         return change.body
     body = copy.deepcopy(change.body)
-    real = secret_string_data_as_data(desired.manifest)
-    if isinstance(body.get("data"), dict):
-        body["data"] = {k: real[k] for k in body["data"] if k in real}
+    for path in masks.paths:
+        _restore(body, desired.manifest, path)
+    if masks.secret:
+        real = secret_string_data_as_data(desired.manifest)
+        if isinstance(body.get("data"), dict):
+            body["data"] = {k: real[k] for k in body["data"] if k in real}
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     if masking.LAST_APPLIED in annotations:
         annotations[masking.LAST_APPLIED] = _annotation(desired.manifest, masking.LAST_APPLIED)
     return body
+
+
+def _restore(body: Manifest, real: Manifest, path: tuple[str, ...]) -> None:
+    """Git's value at ``path`` put back where the body holds (a mask of) it."""
+    target: Any = body
+    source: Any = real
+    for key in path[:-1]:
+        target = target.get(key) if isinstance(target, dict) else None
+        source = source.get(key) if isinstance(source, dict) else None
+    last = path[-1] if path else None
+    if isinstance(target, dict) and isinstance(source, dict) and last in target and last in source:
+        target[last] = copy.deepcopy(source[last])
 
 
 def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOptions) -> Manifest | None:

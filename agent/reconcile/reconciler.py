@@ -49,6 +49,7 @@ from agent.model import (
     Revision,
     SkipReason,
 )
+from agent.plan import masking
 from agent.plan.causes import replan_after_conflict
 from agent.plan.planner import request_body
 from agent.reconcile.appruns import AppRun, Shared, narrowed
@@ -490,6 +491,9 @@ class ClusterReconciler(ClusterStages):
             return request_body(change, by_key[change.key])
 
         applied = apply_stage.apply_changes(self.client, the_plan.changes, apply_opts, replan, body_for)
+        # A server's message may quote a value: never shown for objects that hold secrets.
+        secret = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}
+        applied = [replace(r, sensitive=True) if r.key in secret else r for r in applied]
         result.results.extend(applied)
         for r in applied:
             if r.key in taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):

@@ -9,19 +9,31 @@ OpenAPI schema index, the render cache) and the inventories of its apps. It deci
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from agent.apply import prune as prune_stage
 from agent.apply.inventory import InventoryStore, applyset_id, parent_name
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
-from agent.model import PART_OF, DesiredObject, DesiredSet, ObjectKey, Refusal, Revision, split_api_version
+from agent.model import (
+    PART_OF,
+    DesiredObject,
+    DesiredSet,
+    Manifest,
+    ObjectKey,
+    Refusal,
+    Revision,
+    split_api_version,
+)
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
 from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
+from agent.reconcile.keys import load_keys
 from agent.reconcile.live import Inspect, LiveState, crd_scopes, read_live
 from agent.render.renderer import RenderCache, RenderSpec
+from agent.render.sops import SOPS_KEY
 
 ClientFactory = Callable[[ClusterConfig], KubeClient]
 #: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
@@ -130,19 +142,50 @@ class ClusterStages:
 
     # -- stages ---------------------------------------------------------------
 
+    def spec_for(self, app: AppConfig | None = None) -> RenderSpec:
+        """What ``app`` (default: the cluster entry's own) renders, with its age identities loaded
+        now (a rotated key takes effect on the next pass); ``RenderError`` when they cannot be."""
+        spec = render_spec(self.cluster) if app is None else app_render_spec(app)
+        decryption = (self.cluster.settings if app is None else app.settings).decryption
+        keys = load_keys(
+            decryption,
+            read_secret=self._read_secret,
+            namespace=self.config.agent.namespace,
+            cluster=self.cluster.name,
+        )
+        return replace(spec, keys=keys)
+
+    def _read_secret(self, namespace: str, name: str) -> Manifest | None:
+        return self.client.get(self.client.resource("v1", "Secret"), namespace, name)
+
     def render(self, revision: Revision) -> DesiredSet:
         """The cluster entry's own app (``render_app`` for any app)."""
         # Through the cache's single flight: clusters sharing a render wait for the one rendering it
         # instead of each rendering (and holding) its own copy at the same moment.
-        return self.render_cache.render(revision.tree, render_spec(self.cluster), revision=revision.sha)
+        return self.render_cache.render(revision.tree, self.spec_for(), revision=revision.sha)
 
     def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
-        return self.render_cache.render(revision.tree, app_render_spec(app), revision=revision.sha)
+        return self.render_cache.render(revision.tree, self.spec_for(app), revision=revision.sha)
 
     def prepare(
         self, desired: DesiredSet, inventory_id: str, *, default_namespace: str | None = None
     ) -> list[DesiredObject]:
-        """Default namespaces, refuse namespaced-ness mistakes, add our membership label."""
+        """Default namespaces, refuse namespaced-ness mistakes, add our membership label.
+
+        Refuses anything encrypted (a sealed render, an object with SOPS metadata): ciphertext
+        is never sent to a cluster, whatever rendered it."""
+        if desired.sealed:
+            why = "rendered without decrypting its encrypted files: for reports only, never applied"
+            raise RenderError([RenderProblem("", why)], cluster=self.cluster.name)
+        encrypted = [
+            RenderProblem(
+                o.provenance.file, f"{o.key} still carries sops metadata: never sent", line=o.provenance.line
+            )
+            for o in desired.objects
+            if SOPS_KEY in o.manifest
+        ]
+        if encrypted:
+            raise RenderError(encrypted, cluster=self.cluster.name)
         disc = self.client.discovery()
         scopes = crd_scopes(desired.objects)
         fallback = default_namespace or self.cluster.settings.default_namespace

@@ -1,10 +1,10 @@
-"""Locate the pinned external binaries (kube-apiserver, etcd, kubectl, kustomize, helm).
+"""Locate the pinned external binaries (kube-apiserver, etcd, kubectl, kustomize, helm, sops).
 
 ``scripts/install-control-plane`` builds them into ``~/.cache/gitops-agent/bin-<key>``, and
 ``scripts/install-go-tools`` the other pinned Go tools into ``~/.cache/gitops-agent/go-tools/``;
 the render stage, the local control plane and the tests find them here. The
 ``kubectl`` on a machine's PATH is usually not the pinned one, so PATH is only
-the last resort, and only for kustomize/helm (a container image ships them there).
+the last resort, and only for the render tools (a container image ships them there).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from agent.errors import LocalClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-control-plane"
-PATH_FALLBACK = ("kustomize", "helm")
+PATH_FALLBACK = ("kustomize", "helm", "sops")
+#: Tools ``scripts/install-go-tools`` builds (their ``GO_TOOL_<name>`` pins), for the hint of a missing one.
+GO_TOOLS = ("sops",)
 
 
 def cache_root() -> Path:
@@ -76,6 +78,5 @@ def tool(name: str, *, install: bool = False) -> Path:
         return found_go
     if name in PATH_FALLBACK and (found := shutil.which(name)):
         return Path(found)
-    raise LocalClusterError(
-        f"{name} not found: run scripts/install-control-plane (or set GITOPS_AGENT_BIN_DIR)"
-    )
+    script = "install-go-tools" if name in GO_TOOLS else "install-control-plane"
+    raise LocalClusterError(f"{name} not found: run scripts/{script} (or set GITOPS_AGENT_BIN_DIR)")

@@ -31,6 +31,11 @@ Variables: ``${VAR}`` in plain manifests and in kustomize output (see
 ``agent.render.substitute``); Helm output is not substituted (charts take values and
 often carry shell ``${...}`` of their own).
 
+Encrypted files: any document with SOPS metadata (a top-level ``sops`` key), in plain
+files, in kustomize/helm output and in the files kustomize generators read, is decrypted
+in memory with ``RenderSpec.keys`` (``agent.render.sops``); a file that does not decrypt
+is a problem like any other, so the render fails closed.
+
 Identity: two objects with the same (group, kind, namespace, name) are an
 error naming both places. Namespaces are compared as written: render never
 invents one (the apply stage defaults them), so an object without a namespace
@@ -53,9 +58,10 @@ import yaml
 
 from agent.config.types import HelmSettings
 from agent.errors import LocalClusterError, RenderError, RenderProblem
-from agent.model import DesiredObject, DesiredSet, Manifest, ObjectKey, Provenance
+from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
-from agent.render.manifests import Origin, decode_bytes, objects_of, parse_json, parse_yaml
+from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_json, parse_yaml
+from agent.render.sops import AgeKeys, Sops, SopsMode
 from agent.render.tools import (
     Runner,
     check_chart,
@@ -90,6 +96,10 @@ class RenderSpec:
     max_output_bytes: int = 64 * 1024 * 1024
     #: Largest single manifest file.
     max_file_bytes: int = 16 * 1024 * 1024
+    #: Age identities for SOPS-encrypted files (``None``: none configured).
+    keys: AgeKeys | None = None
+    #: Decrypt encrypted files, or keep their ciphertext (reports without keys).
+    sops: SopsMode = SopsMode.DECRYPT
 
 
 # ---------------------------------------------------------------------------
@@ -185,6 +195,16 @@ class _Render:
         self.bytes_read = 0
         #: The output depends on ``spec.cluster`` (a Helm release named after it): not shareable.
         self.used_cluster_name = False
+        self.sops = Sops(
+            self.tree,
+            spec.keys,
+            spec.sops,
+            runner=runner,
+            timeout=spec.timeout,
+            max_output=spec.max_output_bytes,
+            max_file=spec.max_file_bytes,
+            problems=self.problems,
+        )
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.tree).as_posix() if path != self.tree else "."
@@ -294,11 +314,13 @@ class _Render:
             assert bad is not None
             self.problems.append(bad)
             return
-        parse = parse_json if path.name.endswith(".json") else parse_yaml
-        docs, problems = parse(text, origin, self.spec.vars)
+        is_json = path.name.endswith(".json")
+        docs, problems = (parse_json if is_json else parse_yaml)(text, origin, self.spec.vars)
+        if not problems:
+            docs = self.sops.file_docs(text.encode("utf-8"), docs, origin, "json" if is_json else "yaml")
         self.add(docs, problems, origin)
 
-    def add(self, docs: Any, problems: list[RenderProblem], origin: Origin) -> None:
+    def add(self, docs: list[Document], problems: list[RenderProblem], origin: Origin) -> None:
         objects, invalid = objects_of(docs, origin)
         self.problems.extend(problems)
         self.problems.extend(invalid)
@@ -313,7 +335,8 @@ class _Render:
 
     def kustomize(self, directory: Path) -> None:
         rel = self.rel(directory)
-        problems = check_kustomization(directory, self.tree)
+        graph: set[Path] = set()
+        problems = check_kustomization(directory, self.tree, graph)
         if problems:
             self.problems.extend(problems)
             return
@@ -335,6 +358,8 @@ class _Render:
             return
         origin = Origin(self.rel(kfile), label=f"{rel} (kustomize build output)", provenance_lines=False)
         docs, problems = parse_yaml(out.text, origin, self.spec.vars)
+        if not problems:
+            docs = self.sops.output_docs(docs, origin, sorted(graph))
         self.add(docs, problems, origin)
 
     def helm(self, chart: Path) -> None:
@@ -379,6 +404,8 @@ class _Render:
             provenance_lines=False,
         )
         docs, problems = parse_yaml(out.text, origin, None)
+        if not problems:
+            docs = self.sops.output_docs(docs, origin, [chart])
         self.add(docs, problems, origin)
 
     def duplicates(self) -> None:
@@ -409,7 +436,13 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     job.duplicates()
     if job.problems:
         raise RenderError(job.problems, cluster=spec.cluster)
-    ds = DesiredSet(spec.cluster, revision, tuple(DesiredObject(m, p) for m, p in job.found))
+    ds = DesiredSet(
+        spec.cluster,
+        revision,
+        tuple(DesiredObject(m, p) for m, p in job.found),
+        encrypted=tuple(job.sops.sources.values()),
+        sealed=spec.sops is SopsMode.SEAL,
+    )
     if not job.used_cluster_name:
         _CLUSTER_NEUTRAL.add(ds)
     return ds
@@ -438,6 +471,8 @@ class _Entry:
     objects: tuple[DesiredObject, ...]
     #: Per-cluster ``DesiredSet`` views of ``objects`` (only the ``cluster`` field differs).
     views: dict[str, DesiredSet] = field(default_factory=dict)
+    encrypted: tuple[EncryptedSource, ...] = ()
+    sealed: bool = False
 
 
 class RenderCache:
@@ -478,6 +513,10 @@ class RenderCache:
             spec.helm,
             spec.max_file_bytes,
             spec.max_output_bytes,
+            # The keys decide whether a render succeeds: a cluster without them never gets
+            # another's decrypted render. A fingerprint, so the cache key holds no key.
+            spec.keys.fingerprint if spec.keys is not None else None,
+            spec.sops,
         )
 
     @classmethod
@@ -495,7 +534,9 @@ class RenderCache:
                     self._entries.move_to_end(key)
                     view = entry.views.get(spec.cluster)
                     if view is None:
-                        view = entry.views[spec.cluster] = DesiredSet(spec.cluster, revision, entry.objects)
+                        view = entry.views[spec.cluster] = DesiredSet(
+                            spec.cluster, revision, entry.objects, entry.encrypted, entry.sealed
+                        )
                     return view
             return None
 
@@ -507,7 +548,7 @@ class RenderCache:
         key = self.key(revision, spec, own=not shared)
         with self._lock:
             if key not in self._entries:  # a render already shared stays the one everybody holds
-                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds})
+                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds}, ds.encrypted, ds.sealed)
             self._entries.move_to_end(key)
             self._evict(key)
 

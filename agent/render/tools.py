@@ -60,22 +60,39 @@ class RunResult:
 
 
 class Runner(Protocol):
-    """Runs one command; must honour ``timeout`` (seconds) and ``max_output`` (stdout bytes)."""
+    """Runs one command; must honour ``timeout`` (seconds) and ``max_output`` (stdout bytes).
+
+    ``stdin``: bytes written to the command's standard input (``sops`` reads ciphertext there,
+    so that no file is written); ``None``: no input.
+    """
 
     def __call__(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float, max_output: int
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        max_output: int,
+        stdin: bytes | None = None,
     ) -> RunResult: ...
 
 
 def run_subprocess(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float, max_output: int
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    max_output: int,
+    stdin: bytes | None = None,
 ) -> RunResult:
     """The real ``Runner``: kills the whole process group on timeout or when stdout passes the cap."""
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
         env=dict(env),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -84,15 +101,23 @@ def run_subprocess(
     out, err = bytearray(), bytearray()
     timed_out = truncated = False
     deadline = time.monotonic() + timeout
+    pending = memoryview(stdin or b"")
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
+        if proc.stdin is not None:
+            # Written as the command reads, beside its output: a full pipe never deadlocks.
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 break
             for key, _ in sel.select(left):
+                if key.data is None:
+                    pending = _feed(key, pending, sel)
+                    continue
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -105,6 +130,9 @@ def run_subprocess(
                 truncated = True
                 del out[max_output:]
                 break
+    if proc.stdin is not None and not proc.stdin.closed:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
     if timed_out or truncated:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -118,6 +146,21 @@ def run_subprocess(
     proc.stdout.close()
     proc.stderr.close()
     return RunResult(code, bytes(out), bytes(err[-_STDERR_KEEP:]), timed_out, truncated)
+
+
+def _feed(key: selectors.SelectorKey, pending: memoryview, sel: selectors.BaseSelector) -> memoryview:
+    """Write what the command's stdin takes now; close it when all is written or it stopped reading."""
+    try:
+        written = os.write(key.fd, pending[:65536])
+    except BlockingIOError:
+        return pending
+    except BrokenPipeError:
+        written = len(pending)  # the command exited without reading it all: its exit code says why
+    pending = pending[written:]
+    if not pending:
+        sel.unregister(key.fileobj)
+        key.fileobj.close()  # type: ignore[union-attr]
+    return pending
 
 
 def sandbox_env(home: Path) -> dict[str, str]:
@@ -175,9 +218,13 @@ def _run(
     timeout: float,
     max_output: int,
     runner: Runner,
+    stdin: bytes | None = None,
 ) -> tuple[RunResult | None, list[RenderProblem]]:
     try:
-        res = runner(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output)
+        if stdin is None:
+            res = runner(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output)
+        else:
+            res = runner(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, stdin=stdin)
     except OSError as e:
         return None, [RenderProblem(file, f"{what} could not be started: {e.strerror or e}")]
     if res.timed_out:

@@ -51,7 +51,7 @@ from agent.plan.fields import render_path
 from agent.plan.planner import PlanOptions, expected_object, plan, request_body
 from agent.reconcile.apps import Declared, assign
 from agent.reconcile.live import LiveState
-from agent.reconcile.reconciler import ClusterReconciler, app_render_spec, render_spec
+from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import render
 from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.report.model import (
@@ -179,7 +179,7 @@ def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | Non
 
 def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name: str) -> Preview:
     cluster = rec.cluster
-    spec = render_spec(cluster) if app is None else app_render_spec(app)
+    spec = rec.spec_for(app)
     if isinstance(target, Mapping):
         source = app.source if app is not None else DEFAULT_SOURCE
         if source not in target:

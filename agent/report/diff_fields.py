@@ -68,10 +68,10 @@ def strip_server_fields(obj: Manifest) -> Manifest:
 
 
 def masked_pair(before: Manifest | None, after: Manifest | None) -> tuple[Manifest | None, Manifest | None]:
-    """Both sides stripped, and masked when either is a Secret."""
+    """Both sides stripped, and masked when either holds secrets (a Secret, decrypted fields)."""
     b = strip_server_fields(before) if before is not None else None
     a = strip_server_fields(after) if after is not None else None
-    if masking.is_secret(b) or masking.is_secret(a):
+    if masking.masks_of(b, a):
         mb, ma = masking.mask_pair(b, a)
         return (mb if b is not None else None), (ma if a is not None else None)
     return b, a
@@ -245,12 +245,21 @@ def _entry(head: str, value: Any, indent: int) -> list[str]:
 
 
 def secret_strings(objects: Iterable[Manifest | None]) -> set[str]:
-    """Every Secret value (base64 and decoded) and last-applied annotation found in ``objects``."""
+    """Every Secret value (base64 and decoded), decrypted value and last-applied annotation
+    found in ``objects``."""
     found: set[str] = set()
     for obj in objects:
-        if not masking.is_secret(obj):
+        masks = masking.masks_of(obj)
+        if not masks:
             continue
         assert obj is not None
+        for path in masks.paths:
+            found.update(_leaf_strings(_at(obj, path)))
+        last = ((obj.get("metadata") or {}).get("annotations") or {}).get(masking.LAST_APPLIED)
+        if last:
+            found.add(str(last))
+        if not masks.secret:
+            continue
         for value in (obj.get("data") or {}).values():
             found.add(str(value))
             with contextlib.suppress(binascii.Error, UnicodeDecodeError, ValueError):
@@ -258,10 +267,21 @@ def secret_strings(objects: Iterable[Manifest | None]) -> set[str]:
         for value in (obj.get("stringData") or {}).values():
             found.add(str(value))
             found.add(base64.b64encode(str(value).encode()).decode())
-        last = ((obj.get("metadata") or {}).get("annotations") or {}).get(masking.LAST_APPLIED)
-        if last:
-            found.add(str(last))
     return {s for s in found if len(s) >= 4}
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _leaf_strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _leaf_strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaf_strings(v)]
+    return [] if value is None else [str(value)]
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

@@ -17,6 +17,13 @@ naming the other app and both files (``diff.flag_app_conflicts``).
 A cluster path that does not exist at the base revision counts as empty
 there (the change adds it); at the head revision it is an error, as the
 agent would report it. Each cluster fails alone (its own error section).
+
+Encrypted (SOPS) files are not decrypted: there is no private key here. Both
+revisions render sealed (encrypted values stay ciphertext, masked in the diff),
+and the head is checked instead (``check_secrets``): every encrypted file an app
+applies must be encrypted to each age recipient its config names (else that
+cluster could not decrypt it: an error, so the check fails before merge), and a
+Secret in plaintext in Git is a warning.
 """
 
 from __future__ import annotations
@@ -27,19 +34,23 @@ from pathlib import Path
 
 from agent.config.types import AppConfig, ClusterConfig, ClusterSettings, Config, SourceConfig, implicit_app
 from agent.errors import AgentError
-from agent.model import DesiredObject, DesiredSet, Revision
+from agent.model import DECRYPTED_FIELDS, DesiredObject, DesiredSet, Revision
 from agent.reconcile.reconciler import app_render_spec
 from agent.render.renderer import RenderSpec, render
+from agent.render.sops import SopsMode
 from agent.report.diff import Preview, flag_app_conflicts, new_object, sort_objects
 from agent.report.diff_fields import diff_objects
 from agent.report.model import (
     AppReport,
     ClusterReport,
+    Finding,
+    FindingKind,
     Mode,
     ObjectAction,
     ObjectReport,
     Report,
     RevisionInfo,
+    Severity,
 )
 from agent.source.git import GitSource
 
@@ -84,7 +95,7 @@ def compare_cluster(
 
 def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
     """One app's added/changed/removed objects; it fails alone (its own error)."""
-    spec = app_render_spec(app)
+    spec = dataclasses.replace(app_render_spec(app), sops=SopsMode.SEAL)
     try:
         before = _render_at(base.tree, spec, base=True, revision=base.sha)
     except AgentError as e:
@@ -123,8 +134,56 @@ def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
                 reason=_moved(b, a),
             )
         )
-    report = AppReport(app.name, objects=sort_objects(objects), unchanged=unchanged)
+    report = AppReport(
+        app.name, objects=sort_objects(objects), unchanged=unchanged, findings=check_secrets(app, after)
+    )
     return Preview(report, new)
+
+
+def check_secrets(app: AppConfig, head: DesiredSet) -> tuple[Finding, ...]:
+    """What a cluster would find wrong with ``app``'s encrypted files and Secrets at ``head``."""
+    found: list[Finding] = []
+    wanted = app.settings.decryption.age_recipients
+    where = f"cluster {app.cluster!r}" + ("" if app.implicit else f", app {app.name!r}")
+    for source in head.encrypted:
+        for recipient in wanted:
+            if recipient not in source.recipients:
+                found.append(
+                    Finding(
+                        FindingKind.NOT_ENCRYPTED_TO,
+                        Severity.ERROR,
+                        source.file,
+                        f"not encrypted to {recipient}, the age recipient of {where}: it could not "
+                        "decrypt it (add the recipient: sops updatekeys, docs/secrets.md)",
+                    )
+                )
+    if head.encrypted and not wanted:
+        found.append(
+            Finding(
+                FindingKind.NO_RECIPIENTS,
+                Severity.WARNING,
+                "",
+                f"{len(head.encrypted)} encrypted file(s), and no age_recipients configured for {where}: "
+                "which keys they need is not checked",
+            )
+        )
+    for obj in head.objects:
+        annotations = (obj.manifest.get("metadata") or {}).get("annotations") or {}
+        secret = obj.key.kind == "Secret" and obj.key.group == ""
+        if (
+            secret
+            and DECRYPTED_FIELDS not in annotations
+            and (obj.manifest.get("data") or obj.manifest.get("stringData"))
+        ):
+            found.append(
+                Finding(
+                    FindingKind.PLAINTEXT_SECRET,
+                    Severity.WARNING,
+                    obj.provenance.file,
+                    f"{obj.key} holds its values in plaintext in Git: encrypt it with sops (docs/secrets.md)",
+                )
+            )
+    return tuple(found)
 
 
 def _moved(b: DesiredObject | None, a: DesiredObject | None) -> str:
@@ -168,4 +227,4 @@ def run_offline(
     )
 
 
-__all__ = ["compare_app", "compare_cluster", "convention_clusters", "run_offline"]
+__all__ = ["check_secrets", "compare_app", "compare_cluster", "convention_clusters", "run_offline"]

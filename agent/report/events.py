@@ -10,9 +10,9 @@ an Event that cannot be written is logged, never a reason to fail the pass.
 One Event per (object, reason, revision): a repeat in a later pass of the
 same revision bumps ``count`` and ``lastTimestamp`` instead of adding a new
 one, and at most ``MAX_EVENTS`` are written per pass plus one summary, so a
-broken commit cannot flood the API server. Messages of Secrets carry the
-HTTP status only: an API server's validation message may quote a value
-(docs/safety.md rule 11).
+broken commit cannot flood the API server. Messages of Secrets (and of any
+object holding fields decrypted from Git) carry the HTTP status only: an API
+server's validation message may quote a value (docs/safety.md rule 11).
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ def _stamp(t: datetime) -> str:
 
 
 def message_for(r: ApplyResult) -> str:
-    """What the Event says about one object; never a Secret's content."""
+    """What the Event says about one object; never a Secret's (or a decrypted field's) content."""
+    secret = r.key.kind == "Secret" or r.sensitive
     if r.outcome is Outcome.FAILED:
-        text = f"HTTP {r.status}" if r.key.kind == "Secret" else f"HTTP {r.status}: {r.message}"
+        text = f"HTTP {r.status}" if secret else f"HTTP {r.status}: {r.message}"
         return f"{r.key}: {text}"[:1000]
-    if r.message and r.key.kind != "Secret":
+    if r.message and not secret:
         return f"{r.key}: {r.message}"[:1000]
     return str(r.key)
 

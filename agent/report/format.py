@@ -29,6 +29,7 @@ from agent.report.model import (
     ObjectAction,
     ObjectReport,
     Report,
+    Severity,
     to_json,
 )
 
@@ -70,6 +71,10 @@ def status_text(c: ClusterReport) -> str:
         where = "" if c.implicit_only else f"app {a.name}: "
         more = f" (+{len(failed) - 1} app(s))" if len(failed) > 1 else ""
         return f"error: {where}" + (a.error or "").strip().splitlines()[0] + more
+    flagged = [f for a in c.apps for f in a.findings if f.severity is Severity.ERROR]
+    if flagged:
+        more = f" (+{len(flagged) - 1} more)" if len(flagged) > 1 else ""
+        return f"error: {flagged[0].text()}{more}"
     if c.errors:
         return f"{c.errors} object(s) rejected"
     refused = [
@@ -165,6 +170,7 @@ def _markdown_body(report: Report, a: AppReport, what: str) -> list[str]:
     if a.prune_refused:
         lines += [f"> **Prune refused:** {_line(a.prune_refused, 2000)}", ""]
     lines += [f"> {_line(n, 1000)}" for n in a.notes]
+    lines += [f"> **{f.severity.value.capitalize()}:** {_line(f.text(), 1000)}" for f in a.findings]
     if not a.error and not a.objects:
         lines.append(
             "No changes." if report.mode is Mode.OFFLINE else f"No changes ({a.unchanged} unchanged)."
@@ -329,6 +335,9 @@ def render_text(report: Report, *, color: bool = False) -> str:
             if a.prune_refused:
                 lines.append(style(f"prune refused: {a.prune_refused}", fg="yellow"))
             lines.extend(f"note: {n}" for n in a.notes)
+            for f in a.findings:
+                colour = "red" if f.severity is Severity.ERROR else "yellow"
+                lines.append(style(f"{f.severity.value}: {f.text()}", fg=colour))
             if not a.error and not a.objects:
                 lines.append("no changes")
             for o in a.objects:

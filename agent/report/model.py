@@ -52,6 +52,37 @@ class ObjectAction(enum.StrEnum):
 ACTION_ORDER = tuple(ObjectAction)
 
 
+class Severity(enum.StrEnum):
+    #: Counts as an error: the report's exit code is 2.
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class FindingKind(enum.StrEnum):
+    """What a check of the desired state found, beside the diff (``diff --offline``)."""
+
+    #: An encrypted file is not encrypted to the age recipient of a cluster that applies it:
+    #: that cluster could not decrypt it (its app would fail to render).
+    NOT_ENCRYPTED_TO = "not-encrypted-to"
+    #: Encrypted files, and no ``age_recipients`` configured to check them against.
+    NO_RECIPIENTS = "no-recipients"
+    #: A Secret whose values are in Git in plaintext.
+    PLAINTEXT_SECRET = "plaintext-secret"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a check found about a file of the repository."""
+
+    kind: FindingKind
+    severity: Severity
+    file: str
+    message: str
+
+    def text(self) -> str:
+        return f"{self.file}: {self.message}" if self.file else self.message
+
+
 @dataclass(frozen=True)
 class RevisionInfo:
     """What was rendered: a Git ref and commit, or a local directory (``sha`` empty)."""
@@ -181,6 +212,8 @@ class AppReport:
     #: Why no deletion would happen in this pass (brake, unknown state, empty render, prune = false).
     prune_refused: str | None = None
     notes: tuple[str, ...] = ()
+    #: What the checks of encrypted files and Secrets found (``diff --offline``).
+    findings: tuple[Finding, ...] = ()
 
     def count(self, action: ObjectAction) -> int:
         return sum(1 for o in self.objects if o.action is action and o.error is None)
@@ -192,7 +225,8 @@ class AppReport:
 
     @property
     def errors(self) -> int:
-        return sum(1 for o in self.objects if o.error is not None) + (1 if self.error else 0)
+        failed = sum(1 for f in self.findings if f.severity is Severity.ERROR)
+        return sum(1 for o in self.objects if o.error is not None) + (1 if self.error else 0) + failed
 
     @property
     def has_differences(self) -> bool:
@@ -332,6 +366,10 @@ def _app_json(a: AppReport) -> dict[str, Any]:
         "error": a.error,
         "pruneRefused": a.prune_refused,
         "notes": list(a.notes),
+        "findings": [
+            {"kind": f.kind.value, "severity": f.severity.value, "file": f.file, "message": f.message}
+            for f in a.findings
+        ],
         "summary": {**a.totals(), "unchanged": a.unchanged},
         "objects": [_object_json(o) for o in a.objects],
     }

@@ -145,10 +145,17 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
     if change.resource_version and change.action is not Action.CREATE:
         body = copy.copy(body)
         body["metadata"] = {**body.get("metadata", {}), "resourceVersion": change.resource_version}
-    out = client.apply(body, field_manager=options.field_manager, force=change.force, dry_run=options.dry_run)
+    warnings: list[str] = []
+    out = client.apply(
+        body,
+        field_manager=options.field_manager,
+        force=change.force,
+        dry_run=options.dry_run,
+        warnings=warnings,
+    )
     outcome = Outcome.CREATED if change.action is Action.CREATE else Outcome.CONFIGURED
     uid = (out.get("metadata") or {}).get("uid") if out else None
-    return ApplyResult(change.key, outcome, message=change.reason, uid=uid)
+    return ApplyResult(change.key, outcome, message=change.reason, uid=uid, warnings=tuple(warnings))
 
 
 def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[StatusCause, ...]) -> Change:

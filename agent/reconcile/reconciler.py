@@ -31,13 +31,17 @@ from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
     Action,
+    ApiFinding,
+    ApiProblem,
     AppConflict,
+    ApplyResult,
     Change,
     ClusterResult,
     DesiredObject,
     Failure,
     FailureReason,
     Manifest,
+    Note,
     ObjectKey,
     Outcome,
     PassState,
@@ -259,6 +263,12 @@ class ClusterReconciler(ClusterStages):
                 run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
             )
             self.load_schema(run.desired)
+            run.unserved, notes = self.check_apis(run.desired)
+            run.result.api_findings.extend([*run.unserved.values(), *notes])
+            for f in run.unserved.values():
+                log.error(
+                    "apiVersion not served; nothing sent for this object", app=run.name, error=f.message
+                )
         except RenderError as e:
             run.desired = None
             if run.due and not run.finished:
@@ -436,8 +446,24 @@ class ClusterReconciler(ClusterStages):
         def body_for(change: Change) -> Manifest | None:
             return request_body(change, by_key[change.key])
 
-        applied = apply_stage.apply_changes(self.client, the_plan.changes, apply_opts, replan, body_for)
+        # What the cluster does not serve fails here, before any request (the rest goes on).
+        blocked = {k for k in run.unserved if k in mine}
+        sendable = [c for c in the_plan.changes if c.key not in blocked or c.action is Action.SKIP]
+        applied = apply_stage.apply_changes(self.client, sendable, apply_opts, replan, body_for)
+        result.results.extend(
+            ApplyResult(
+                k, Outcome.FAILED, status=404, message=run.unserved[k].message, note=Note.API_NOT_SERVED
+            )
+            for k in sorted(blocked)
+        )
         result.results.extend(applied)
+        for r in applied:
+            if r.warnings:
+                obj = by_key[r.key]
+                result.api_findings.extend(
+                    ApiFinding(r.key, obj.api_version, ApiProblem.WARNING, w, file=str(obj.provenance))
+                    for w in r.warnings
+                )
         for r in applied:
             if r.key in taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):
                 shared.release(taken[r.key], r.key)

@@ -9,19 +9,30 @@ OpenAPI schema index, the render cache) and the inventories of its apps. It deci
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from agent.apply import prune as prune_stage
 from agent.apply.inventory import InventoryStore, applyset_id, parent_name
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
-from agent.model import PART_OF, DesiredObject, DesiredSet, ObjectKey, Refusal, Revision, split_api_version
+from agent.model import (
+    PART_OF,
+    ApiFinding,
+    DesiredObject,
+    DesiredSet,
+    ObjectKey,
+    Refusal,
+    Revision,
+    split_api_version,
+)
+from agent.plan import apis
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
 from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
 from agent.reconcile.live import Inspect, LiveState, crd_scopes, read_live
-from agent.render.renderer import RenderCache, RenderSpec
+from agent.render.renderer import Capabilities, RenderCache, RenderSpec
 
 ClientFactory = Callable[[ClusterConfig], KubeClient]
 #: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
@@ -130,14 +141,26 @@ class ClusterStages:
 
     # -- stages ---------------------------------------------------------------
 
+    def capabilities(self) -> Capabilities:
+        """This cluster's version and served API versions, for charts (asked only by a chart's
+        render; both cached by the client)."""
+        disc = self.client.discovery()
+        return Capabilities(self.client.server_version(), tuple(disc.api_versions()))
+
+    def spec_for(self, app: AppConfig | None = None) -> RenderSpec:
+        """What ``app`` (default: the cluster entry's own) renders here, Helm told this cluster's
+        capabilities."""
+        spec = render_spec(self.cluster) if app is None else app_render_spec(app)
+        return replace(spec, capabilities=self.capabilities)
+
     def render(self, revision: Revision) -> DesiredSet:
         """The cluster entry's own app (``render_app`` for any app)."""
         # Through the cache's single flight: clusters sharing a render wait for the one rendering it
         # instead of each rendering (and holding) its own copy at the same moment.
-        return self.render_cache.render(revision.tree, render_spec(self.cluster), revision=revision.sha)
+        return self.render_cache.render(revision.tree, self.spec_for(), revision=revision.sha)
 
     def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
-        return self.render_cache.render(revision.tree, app_render_spec(app), revision=revision.sha)
+        return self.render_cache.render(revision.tree, self.spec_for(app), revision=revision.sha)
 
     def prepare(
         self, desired: DesiredSet, inventory_id: str, *, default_namespace: str | None = None
@@ -177,6 +200,28 @@ class ClusterStages:
         if problems:
             raise RenderError(problems, cluster=self.cluster.name)
         return out
+
+    def check_apis(
+        self, desired: list[DesiredObject]
+    ) -> tuple[dict[ObjectKey, ApiFinding], list[ApiFinding]]:
+        """Before anything is written: the objects whose group/version/kind the cluster does not
+        serve (each fails alone, nothing sent for it), and notes on the others: versions
+        deprecated at the cluster's release or by a CRD of the render, and versions the
+        cluster's ``kubernetes_version`` target removes."""
+        unserved = apis.unserved(desired, self.client.discovery().served())
+        if unserved:  # served since discovery was read (a CRD applied by someone else)? Ask once.
+            unserved = apis.unserved(desired, self.client.discovery(refresh=True).served())
+        rest = [o for o in desired if o.key not in unserved]
+        try:
+            release: apis.Release | None = apis.parse_release(self.client.server_version())
+        except ValueError:
+            release = None  # a distribution's odd gitVersion: the table's deprecations are skipped
+        notes = list(apis.deprecations(rest, release).values())
+        target = self.cluster.settings.kubernetes_version
+        if target:
+            removed = apis.removed_by(rest, apis.parse_release(target))
+            notes = [n for n in notes if n.key not in removed] + list(removed.values())
+        return unserved, notes
 
     def read_live(
         self,

@@ -44,7 +44,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,17 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What ``helm template`` is told about the cluster a chart goes to: its version
+    (``.Capabilities.KubeVersion``) and what it serves (``.Capabilities.APIVersions``), so a
+    chart that chooses its apiVersions picks the ones that cluster serves."""
+
+    kube_version: str = ""
+    #: ``group/version`` and ``group/version/Kind`` entries (``--api-versions``).
+    api_versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RenderSpec:
     """What to render for one cluster; built from ``ClusterConfig`` by the caller."""
 
@@ -90,6 +101,10 @@ class RenderSpec:
     max_output_bytes: int = 64 * 1024 * 1024
     #: Largest single manifest file.
     max_file_bytes: int = 16 * 1024 * 1024
+    #: The cluster's capabilities for Helm, asked only when a chart is rendered (a pass: the
+    #: cluster's version and discovery); ``kube_version`` alone (offline: a target release).
+    capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
+    kube_version: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -185,6 +200,8 @@ class _Render:
         self.bytes_read = 0
         #: The output depends on ``spec.cluster`` (a Helm release named after it): not shareable.
         self.used_cluster_name = False
+        #: What Helm was told about the cluster: the output is that cluster's (not shareable).
+        self.used_capabilities: Capabilities | None = None
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.tree).as_posix() if path != self.tree else "."
@@ -358,6 +375,10 @@ class _Render:
         binary = self.binary("helm", f"{rel}/Chart.yaml")
         if binary is None:
             return
+        caps = self.spec.capabilities() if self.spec.capabilities is not None else None
+        if caps is None and self.spec.kube_version:
+            caps = Capabilities(self.spec.kube_version)
+        self.used_capabilities = caps or self.used_capabilities
         out = helm_template(
             binary,
             chart,
@@ -365,6 +386,8 @@ class _Render:
             release=release,
             namespace=namespace,
             values=values,
+            kube_version=caps.kube_version if caps else "",
+            api_versions=caps.api_versions if caps else (),
             timeout=self.spec.timeout,
             max_output=self.spec.max_output_bytes,
             runner=self.runner,
@@ -410,7 +433,9 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     if job.problems:
         raise RenderError(job.problems, cluster=spec.cluster)
     ds = DesiredSet(spec.cluster, revision, tuple(DesiredObject(m, p) for m, p in job.found))
-    if not job.used_cluster_name:
+    if job.used_capabilities is not None:
+        _CAPABILITIES[ds] = job.used_capabilities
+    elif not job.used_cluster_name:
         _CLUSTER_NEUTRAL.add(ds)
     return ds
 
@@ -438,6 +463,8 @@ class _Entry:
     objects: tuple[DesiredObject, ...]
     #: Per-cluster ``DesiredSet`` views of ``objects`` (only the ``cluster`` field differs).
     views: dict[str, DesiredSet] = field(default_factory=dict)
+    #: What Helm was told about the cluster: the entry holds only while the cluster still says so.
+    capabilities: Capabilities | None = None
 
 
 class RenderCache:
@@ -491,6 +518,12 @@ class RenderCache:
         with self._lock:
             for key in (self.key(revision, spec), self.key(revision, spec, own=True)):
                 entry = self._entries.get(key)
+                if (
+                    entry is not None
+                    and entry.capabilities is not None
+                    and not _same_capabilities(entry.capabilities, spec)
+                ):
+                    continue  # the cluster was upgraded, or a CRD came or went: render again
                 if entry is not None:
                     self._entries.move_to_end(key)
                     view = entry.views.get(spec.cluster)
@@ -505,9 +538,11 @@ class RenderCache:
             return
         shared = ds in _CLUSTER_NEUTRAL
         key = self.key(revision, spec, own=not shared)
+        caps = _CAPABILITIES.get(ds)
         with self._lock:
-            if key not in self._entries:  # a render already shared stays the one everybody holds
-                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds})
+            old = self._entries.get(key)
+            if old is None or old.capabilities != caps:  # a shared render stays the one all hold
+                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds}, caps)
             self._entries.move_to_end(key)
             self._evict(key)
 
@@ -550,3 +585,12 @@ class RenderCache:
 
 #: Renders that did not use the cluster's name (``put`` may share them): weak, so they go with them.
 _CLUSTER_NEUTRAL: weakref.WeakSet[DesiredSet] = weakref.WeakSet()
+#: Renders that told Helm a cluster's capabilities, and which.
+_CAPABILITIES: weakref.WeakKeyDictionary[DesiredSet, Capabilities] = weakref.WeakKeyDictionary()
+
+
+def _same_capabilities(used: Capabilities, spec: RenderSpec) -> bool:
+    """Whether the cluster ``spec`` renders for still says what ``used`` told Helm."""
+    if spec.capabilities is not None:
+        return spec.capabilities() == used
+    return used == Capabilities(spec.kube_version)

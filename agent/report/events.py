@@ -25,7 +25,7 @@ import structlog
 
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
-from agent.model import ApplyResult, ClusterResult, Note, Outcome
+from agent.model import ApiFinding, ApiProblem, ApplyResult, ClusterResult, Note, Outcome
 
 log = structlog.get_logger("gitops_agent.events")
 
@@ -55,6 +55,19 @@ def reportable(result: ClusterResult) -> list[ApplyResult]:
     return [r for r in result.results if r.outcome in _REASONS]
 
 
+def api_notes(result: ClusterResult) -> list[ApiFinding]:
+    """Deprecation notes and the server's warnings (objects the cluster does not serve are
+    failed objects already, with their own Event)."""
+    return [f for f in result.api_findings if f.problem is not ApiProblem.NOT_SERVED]
+
+
+def _finding_message(f: ApiFinding) -> str:
+    """A Secret's warning may quote what was sent: only its apiVersion is named."""
+    if f.key.kind == "Secret":
+        return f"{f.key}: {f.api_version}: {f.problem.value}"
+    return f"{f.key}: {f.message}"[:1000]
+
+
 def emit(
     client: KubeClient,
     result: ClusterResult,
@@ -65,7 +78,7 @@ def emit(
     instance: str = "",
 ) -> int:
     """Write the pass's Events; returns how many were written or updated."""
-    items = reportable(result)
+    items: list[ApplyResult | ApiFinding] = [*reportable(result), *api_notes(result)]
     if not items or result.dry_run:
         return 0
     try:
@@ -82,9 +95,18 @@ def emit(
     }
     written = 0
     for r in items[:MAX_EVENTS]:
+        if isinstance(r, ApiFinding):
+            reason = "RemovedAPIVersion" if r.problem is ApiProblem.REMOVED else "DeprecatedAPIVersion"
+            message, subject = _finding_message(r), f"{r.key}|{r.message}"
+            written += _write(
+                client, namespace, ref, result, "Warning", reason, message, subject, component, instance
+            )
+            continue
         severity, reason = _REASONS[r.outcome]
         if r.note is Note.DELETE_REFUSED:
             reason = "PruneFailed"
+        elif r.note is Note.API_NOT_SERVED:
+            reason = "APIVersionNotServed"
         written += _write(
             client, namespace, ref, result, severity, reason, message_for(r), str(r.key), component, instance
         )
@@ -97,7 +119,7 @@ def emit(
             result,
             "Warning",
             "MoreObjects",
-            f"{more} more failed or pruned objects in this pass; see the agent's log",
+            f"{more} more failed, pruned or deprecated objects in this pass; see the agent's log",
             "summary",
             component,
             instance,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.model import ClusterResult, Outcome
+from agent.model import ApiProblem, ClusterResult, Outcome
 
 
 def _status(r: ClusterResult) -> str:
@@ -57,4 +57,7 @@ def format_summary(results: list[ClusterResult]) -> str:
                 lines.append(f"  {where}: {res.key}: skipped: {res.message}")
         for c in r.conflicts:
             lines.append(f"  {where}: conflict: {c}")
+        for f in r.api_findings:
+            if f.problem is not ApiProblem.NOT_SERVED:  # those are failed objects, listed above
+                lines.append(f"  {where}: {f.key}: {f.problem.value}: {f.message}")
     return "\n".join(lines)

@@ -242,3 +242,40 @@ def _head(repo: Path) -> str:
     import pygit2
 
     return str(pygit2.Repository(str(repo)).head.target)
+
+
+def test_a_version_a_crd_stops_serving_under_a_running_agent_is_named_in_the_same_words_at_once(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    group = f"{unique('gone')}.example.com"
+    crd = CRD.format(group=group)
+    (tmp_path / "crd.yaml").write_text(crd)
+    e2e.delete_after(a, "crd", f"widgets.{group}")
+    kubectl(a.kubeconfig, "apply", "-f", str(tmp_path / "crd.yaml"))
+    kubectl(a.kubeconfig, "wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
+    ns = e2e.namespace("gone")
+
+    def files(size: int) -> dict[str, str]:
+        head = f"apiVersion: {group}/v1beta1\nkind: Widget\nmetadata:\n  name: w\n  namespace: {ns}\n"
+        return {
+            "clusters/pool-a/ns.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n",
+            "clusters/pool-a/widget.yaml": f"{head}spec:\n  size: {size}\n",
+        }
+
+    repo = make_repo(tmp_path, files(1))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    assert agent.reconcile()["pool-a"].ok
+    # Someone drops v1beta1 from the CRD; the agent's discovery still says it is served.
+    start, end = crd.index("    - name: v1beta1"), crd.index("    - name: v1\n")
+    (tmp_path / "crd.yaml").write_text(crd[:start] + crd[end:])
+    kubectl(a.kubeconfig, "apply", "-f", str(tmp_path / "crd.yaml"))
+    repo.commit(files(2), "bigger")
+    words = (
+        f"apiVersion {group}/v1beta1 of kind Widget is not served by this cluster: "
+        f"use apiVersion {group}/v1 instead (clusters/pool-a/widget.yaml#0:1)"
+    )
+    for _ in range(2):  # the write that finds out, then the check before the next pass's writes
+        result = agent.reconcile()["pool-a"]
+        (failed,) = [r for r in result.results if r.outcome is Outcome.FAILED]
+        assert (failed.note, failed.message) == (Note.API_NOT_SERVED, words), failed

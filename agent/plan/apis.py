@@ -181,40 +181,52 @@ def not_served_message(
     return f"apiVersion {api_version} of kind {kind} is not served by this cluster{when}: {use} ({file})"
 
 
+def not_served(
+    key: ObjectKey,
+    api_version: str,
+    file: str,
+    served: Served,
+    versions: VersionTable | None = None,
+    defined: Mapping[str, Mapping[str, object]] | None = None,
+) -> ApiFinding:
+    """The finding for one object the cluster does not serve; ``defined``: the versions a CRD of
+    the render declares for its kind (a served one is the replacement when nothing else is)."""
+    vt = versions or table()
+    group, _ = split_api_version(api_version)
+    entry = vt.get(api_version, key.kind)
+    repl = replacement_for(api_version, key.kind, served, vt)
+    if repl is None and defined:
+        repl = next(((_gv(group, v), key.kind) for v, d in defined.items() if d.get("served") is True), None)
+    message = not_served_message(api_version, key.kind, file, repl, entry.removed if entry else None)
+    return ApiFinding(
+        key, api_version, ApiProblem.NOT_SERVED, message, replacement=repl[0] if repl else "", file=file
+    )
+
+
 def unserved(
-    objs: Iterable[DesiredObject], served: Served, versions: VersionTable | None = None
+    objs: Iterable[DesiredObject],
+    served: Served,
+    versions: VersionTable | None = None,
+    *,
+    also: Iterable[DesiredObject] = (),
 ) -> dict[ObjectKey, ApiFinding]:
     """Objects whose group/version/kind the cluster does not serve: key → finding.
 
-    Kinds a CRD of the same render adds in a version it serves are not findings (the CRD is
-    applied first, in the same pass); a version that CRD does not serve is.
+    Kinds a CRD of the same render (or of ``also``: the pass's other apps) adds in a version it
+    serves are not findings (CRDs are applied first, in the same pass); a version it does not
+    serve is.
     """
     objs = list(objs)
-    crds = crd_versions(objs)
-    vt = versions or table()
+    crds = crd_versions([*objs, *also])
     out: dict[ObjectKey, ApiFinding] = {}
     for o in objs:
         group, version = split_api_version(o.api_version)
-        kind = o.key.kind
-        if version in (served.get((group, kind)) or ()):
+        if version in (served.get((group, o.key.kind)) or ()):
             continue
-        defined = crds.get((group, kind))
+        defined = crds.get((group, o.key.kind))
         if defined is not None and defined.get(version, {}).get("served") is True:
             continue
-        entry = vt.get(o.api_version, kind)
-        repl = replacement_for(o.api_version, kind, served, vt)
-        if repl is None and defined:
-            repl = next(((_gv(group, v), kind) for v, d in defined.items() if d.get("served") is True), None)
-        file = str(o.provenance)
-        message = not_served_message(o.api_version, kind, file, repl, entry.removed if entry else None)
-        out[o.key] = ApiFinding(
-            o.key,
-            o.api_version,
-            ApiProblem.NOT_SERVED,
-            message,
-            replacement=repl[0] if repl else "",
-            file=file,
-        )
+        out[o.key] = not_served(o.key, o.api_version, str(o.provenance), served, versions, defined)
     return out
 
 

@@ -161,6 +161,13 @@ class ClusterReconciler(ClusterStages):
         old = self._read_parents(runs, dry_run=dry_run)
         for run in runs.values():
             self._prepare(run)
+        everything = [o for r in runs.values() if r.desired for o in r.desired]
+        for run in runs.values():
+            if run.desired is not None and run.due:
+                run.unserved, notes = self.check_apis(run.desired, also=everything)
+                run.result.api_findings.extend([*run.unserved.values(), *notes])
+                for f in run.unserved.values():
+                    log.error("apiVersion not served; nothing sent for it", app=run.name, error=f.message)
         order = [runs[a.name] for a in dependency_order(self.apps)]
         if not any(r.active for r in order):
             return
@@ -263,12 +270,6 @@ class ClusterReconciler(ClusterStages):
                 run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
             )
             self.load_schema(run.desired)
-            run.unserved, notes = self.check_apis(run.desired)
-            run.result.api_findings.extend([*run.unserved.values(), *notes])
-            for f in run.unserved.values():
-                log.error(
-                    "apiVersion not served; nothing sent for this object", app=run.name, error=f.message
-                )
         except RenderError as e:
             run.desired = None
             if run.due and not run.finished:

@@ -17,6 +17,7 @@ from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
 from agent.model import (
+    CRD_KEY,
     PART_OF,
     ApiFinding,
     DesiredObject,
@@ -202,15 +203,17 @@ class ClusterStages:
         return out
 
     def check_apis(
-        self, desired: list[DesiredObject]
+        self, desired: list[DesiredObject], *, also: Iterable[DesiredObject] = ()
     ) -> tuple[dict[ObjectKey, ApiFinding], list[ApiFinding]]:
         """Before anything is written: the objects whose group/version/kind the cluster does not
         serve (each fails alone, nothing sent for it), and notes on the others: versions
         deprecated at the cluster's release or by a CRD of the render, and versions the
-        cluster's ``kubernetes_version`` target removes."""
-        unserved = apis.unserved(desired, self.client.discovery().served())
+        cluster's ``kubernetes_version`` target removes. ``also``: the pass's other apps' objects
+        (their CRDs are applied in the same pass)."""
+        also = [o for o in also if (o.key.group, o.key.kind) == CRD_KEY]
+        unserved = apis.unserved(desired, self.client.discovery().served(), also=also)
         if unserved:  # served since discovery was read (a CRD applied by someone else)? Ask once.
-            unserved = apis.unserved(desired, self.client.discovery(refresh=True).served())
+            unserved = apis.unserved(desired, self.client.discovery(refresh=True).served(), also=also)
         rest = [o for o in desired if o.key not in unserved]
         try:
             release: apis.Release | None = apis.parse_release(self.client.server_version())

@@ -45,7 +45,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +202,7 @@ class _Render:
         self.used_cluster_name = False
         #: What Helm was told about the cluster: the output is that cluster's (not shareable).
         self.used_capabilities: Capabilities | None = None
+        self.helm_ran = False
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.tree).as_posix() if path != self.tree else "."
@@ -375,6 +376,7 @@ class _Render:
         binary = self.binary("helm", f"{rel}/Chart.yaml")
         if binary is None:
             return
+        self.helm_ran = True
         caps = self.spec.capabilities() if self.spec.capabilities is not None else None
         if caps is None and self.spec.kube_version:
             caps = Capabilities(self.spec.kube_version)
@@ -422,16 +424,26 @@ class _Render:
                 first[key] = prov
 
 
-def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner | None = None) -> DesiredSet:
-    """Every object ``spec`` declares in ``tree``.
-
-    Raises ``RenderError`` with all problems found; never returns a partial set.
-    """
-    job = _Render(tree, spec, runner or run_subprocess)
+def _job(tree: Path, spec: RenderSpec, runner: Runner) -> _Render:
+    job = _Render(tree, spec, runner)
     job.run()
     job.duplicates()
     if job.problems:
         raise RenderError(job.problems, cluster=spec.cluster)
+    return job
+
+
+def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner | None = None) -> DesiredSet:
+    """Every object ``spec`` declares in ``tree``.
+
+    Raises ``RenderError`` with all problems found; never returns a partial set. With a
+    capabilities provider, charts are rendered once without it first: a render that fails
+    never asks the cluster anything (docs/safety.md rule 2), and one without charts never does.
+    """
+    runner = runner or run_subprocess
+    job = _job(tree, replace(spec, capabilities=None) if spec.capabilities else spec, runner)
+    if spec.capabilities is not None and job.helm_ran:
+        job = _job(tree, spec, runner)
     ds = DesiredSet(spec.cluster, revision, tuple(DesiredObject(m, p) for m, p in job.found))
     if job.used_capabilities is not None:
         _CAPABILITIES[ds] = job.used_capabilities

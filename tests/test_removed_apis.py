@@ -188,3 +188,31 @@ def test_a_malformed_release_is_refused_naming_it(text: str) -> None:
 def test_keys_are_object_keys() -> None:
     found = apis.removed_by([_obj("batch/v1beta1", "CronJob", "nightly")], (1, 30))
     assert list(found) == [ObjectKey("batch", "CronJob", "ns", "nightly")]
+
+
+def test_an_unserved_object_in_a_report_is_a_difference_not_an_error_and_is_shown() -> None:
+    from agent.report import format as fmt
+    from agent.report.model import (
+        ApiLine,
+        ClusterReport,
+        Mode,
+        ObjectAction,
+        ObjectReport,
+        Report,
+        RevisionInfo,
+    )
+
+    line = ApiLine(
+        "not-served", "apiVersion policy/v1beta1 ... use apiVersion policy/v1 instead", "policy/v1"
+    )
+    pdb = ObjectReport(
+        "policy", "PodDisruptionBudget", "ns", "web", "policy/v1beta1", ObjectAction.SKIP, api=(line,)
+    )
+    noted = ObjectReport("", "ConfigMap", "ns", "c", "v1", ObjectAction.SKIP, api=(ApiLine("warning", "w"),))
+    report = Report(Mode.LIVE, RevisionInfo("main"), (ClusterReport.single("prod", objects=(pdb,)),))
+    assert report.exit_code == 1 and not report.has_errors
+    quiet = Report(Mode.LIVE, RevisionInfo("main"), (ClusterReport.single("prod", objects=(noted,)),))
+    assert quiet.exit_code == 0, "a warning alone is no difference"
+    assert f"not-served: {line.message}" in fmt.render_text(report)
+    assert f"❌ not-served: {line.message}" in fmt.render_markdown(report)
+    assert "1 object(s) use an API version that is not served" in fmt.render_text(report)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,6 +37,24 @@ def split_api_version(api_version: str) -> tuple[str, str]:
         group, _, version = api_version.partition("/")
         return group, version
     return "", api_version
+
+
+#: A Kubernetes release as (major, minor): what the version table, a cluster's
+#: ``kubernetes_version`` and ``--kubernetes-version`` compare.
+Release = tuple[int, int]
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
+
+
+def parse_release(text: str) -> Release:
+    """``1.25``, ``v1.25`` or ``v1.25.3`` → (1, 25); ``ValueError`` naming the text otherwise."""
+    m = _RELEASE.match(text.strip())
+    if not m:
+        raise ValueError(f"not a Kubernetes release (expected 1.NN, v1.NN or v1.NN.P): {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def release_text(release: Release) -> str:
+    return f"{release[0]}.{release[1]}"
 
 
 class ObjectKey(NamedTuple):
@@ -287,6 +306,41 @@ class Note(enum.StrEnum):
     CONFLICTS_UNRESOLVED = "conflicts-unresolved"
     #: Failed: the server refused to delete an object that left Git (Event reason ``PruneFailed``).
     DELETE_REFUSED = "delete-refused"
+    #: Failed before anything was sent: the cluster does not serve the object's apiVersion/kind.
+    API_NOT_SERVED = "api-not-served"
+
+
+class ApiProblem(enum.StrEnum):
+    """What an ``ApiFinding`` says about the apiVersion an object is declared with."""
+
+    #: The cluster's discovery does not serve it: the object cannot be applied there.
+    NOT_SERVED = "not-served"
+    #: A Kubernetes release (a cluster's target, ``--kubernetes-version``) no longer serves it.
+    REMOVED = "removed"
+    #: Served, but deprecated (the version table, or the CRD's ``deprecated: true``).
+    DEPRECATED = "deprecated"
+    #: The API server's ``Warning`` header on a dry-run or an apply of the object.
+    WARNING = "warning"
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the object cannot be applied (there, or after the upgrade): a difference in reports."""
+        return self in (ApiProblem.NOT_SERVED, ApiProblem.REMOVED)
+
+
+@dataclass(frozen=True)
+class ApiFinding:
+    """An object's apiVersion that is, or will be, a problem: ``problem`` for machines, ``message``
+    (naming the object's file and what to use instead) for people."""
+
+    key: ObjectKey
+    api_version: str
+    problem: ApiProblem
+    message: str
+    #: The apiVersion to use instead ("" when none is known).
+    replacement: str = ""
+    #: Where Git declares the object (``Provenance`` spelling).
+    file: str = ""
 
 
 @dataclass(frozen=True)
@@ -304,6 +358,8 @@ class ApplyResult:
     #: The object holds secret values (a Secret, fields decrypted from Git): a server's message
     #: about it may quote one, so it is never shown (Events and logs say the status only).
     sensitive: bool = False
+    #: The API server's ``Warning`` headers on the request (deprecated versions, unknown fields).
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -452,6 +508,9 @@ class ClusterResult:
     waiting_on: tuple[str, ...] = ()
     #: Objects this app and another of the cluster both declare (see ``AppConflict``).
     conflicts: list[AppConflict] = field(default_factory=list)
+    #: apiVersions found before anything was written (not served, deprecated) and the server's
+    #: ``Warning`` headers on the pass's applies, per object.
+    api_findings: list[ApiFinding] = field(default_factory=list)
 
     @property
     def error(self) -> str | None:

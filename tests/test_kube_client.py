@@ -116,3 +116,11 @@ def test_a_closed_port_is_a_status_0_api_error_saying_connection_refused(tmp_pat
         client.server_version()
     client.close()
     assert caught.value.status == 0 and "connection refused" in str(caught.value)
+
+
+def test_warning_headers_are_read_one_text_each_with_escaped_quotes_kept() -> None:
+    from agent.kube.status import warnings
+
+    values = ['299 - "policy/v1beta1 PodDisruptionBudget is deprecated"', '299 - "a \\"q\\" b", 299 - "two"']
+    assert warnings(values) == ["policy/v1beta1 PodDisruptionBudget is deprecated", 'a "q" b', "two"]
+    assert warnings(['299 - "two"']) == ["two"] and warnings([]) == []

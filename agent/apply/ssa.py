@@ -40,6 +40,7 @@ from agent.model import (
     Outcome,
     phase_of,
 )
+from agent.plan import apis
 
 #: Re-plan one object from a fresh read and the 409's causes (the owners the server named).
 Replanner = Callable[[ObjectKey, Manifest | None, tuple[StatusCause, ...]], Change]
@@ -130,6 +131,8 @@ def _apply_one(
                 continue
             if e.is_immutable:
                 return _immutable(client, change, body_for(change), options, e)
+            if e.status == 404 and not (e.details and e.details.kind):
+                return _not_served(client, change, e)
             return ApplyResult(change.key, Outcome.FAILED, status=e.status, message=e.api_message or str(e))
     return ApplyResult(
         change.key,
@@ -145,10 +148,31 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
     if change.resource_version and change.action is not Action.CREATE:
         body = copy.copy(body)
         body["metadata"] = {**body.get("metadata", {}), "resourceVersion": change.resource_version}
-    out = client.apply(body, field_manager=options.field_manager, force=change.force, dry_run=options.dry_run)
+    warnings: list[str] = []
+    out = client.apply(
+        body,
+        field_manager=options.field_manager,
+        force=change.force,
+        dry_run=options.dry_run,
+        warnings=warnings,
+    )
     outcome = Outcome.CREATED if change.action is Action.CREATE else Outcome.CONFIGURED
     uid = (out.get("metadata") or {}).get("uid") if out else None
-    return ApplyResult(change.key, outcome, message=change.reason, uid=uid)
+    return ApplyResult(change.key, outcome, message=change.reason, uid=uid, warnings=tuple(warnings))
+
+
+def _not_served(client: KubeClient, change: Change, error: ApiError) -> ApplyResult:
+    """A 404 naming no object: the resource path itself is not served (a CRD dropped the version
+    after discovery was read). Discovery is read again; if it confirms, the result says so in
+    the words of the check before the pass (``plan.apis``), else it is the server's answer."""
+    disc = client.discovery(refresh=True)
+    if disc.find(change.api_version, change.key.kind) is not None:
+        return ApplyResult(change.key, Outcome.FAILED, status=404, message=error.api_message or str(error))
+    file = str(change.provenance) if change.provenance else ""
+    found = apis.not_served(change.key, change.api_version, file, disc.served())
+    return ApplyResult(
+        change.key, Outcome.FAILED, status=404, message=found.message, note=Note.API_NOT_SERVED
+    )
 
 
 def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[StatusCause, ...]) -> Change:

@@ -99,6 +99,12 @@ def _render(report: Report, fmt: str, max_size: int, color: bool) -> str:
 @click.option("--repo", default=None, help="Offline: repository URL or local path.")
 @click.option("--base", "base_ref", default=None, help="Offline: the revision the change starts from.")
 @click.option("--head", "head_ref", default=None, help="Offline: the revision with the change.")
+@click.option(
+    "--kubernetes-version",
+    default=None,
+    help="Offline: flag objects using API versions this Kubernetes release (1.NN) removes, and render "
+    "Helm charts for it (default: each cluster's kubernetes_version).",
+)
 def diff(
     config_file: str | None,
     clusters: tuple[str, ...],
@@ -112,6 +118,7 @@ def diff(
     repo: str | None,
     base_ref: str | None,
     head_ref: str | None,
+    kubernetes_version: str | None,
 ) -> None:
     """Report what a change would create, update, prune and conflict with, per cluster.
 
@@ -133,6 +140,18 @@ def diff(
             raise click.UsageError("live mode needs --config (or use --offline --repo --base --head)")
         if revision and tree:
             raise click.UsageError("give --revision or --path, not both")
+    if kubernetes_version is not None:
+        from agent.model import parse_release
+
+        if not offline:
+            raise click.UsageError(
+                "--kubernetes-version is for --offline (live mode checks each cluster's own "
+                "versions and its kubernetes_version)"
+            )
+        try:
+            parse_release(kubernetes_version)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--kubernetes-version") from None
     if app_names and (offline or len(clusters) != 1):
         raise click.UsageError("--app names apps of one cluster: give exactly one --cluster (live mode)")
     cfg: Config | None = None
@@ -146,7 +165,9 @@ def diff(
         apps = {clusters[0]: [a for n in app_names for a in select_apps(cfg, clusters[0], n, command="diff")]}
     try:
         if offline:
-            report = _offline(cfg, repo or "", base_ref or "", head_ref or "", clusters)
+            report = _offline(
+                cfg, repo or "", base_ref or "", head_ref or "", clusters, kubernetes_version or ""
+            )
         else:
             assert cfg is not None
             apps = None
@@ -203,12 +224,14 @@ def _live(
     return run_live(cfg, target, clusters=clusters, progress=progress, apps=apps)
 
 
-def _offline(cfg: Any, repo: str, base_ref: str, head_ref: str, clusters: tuple[str, ...]) -> Report:
+def _offline(
+    cfg: Any, repo: str, base_ref: str, head_ref: str, clusters: tuple[str, ...], kubernetes_version: str
+) -> Report:
     from agent.report.diff_offline import run_offline
     from agent.source.git import cache_dir_for
 
+    kw: dict[str, Any] = {"clusters": clusters, "kubernetes_version": kubernetes_version}
     if cfg is not None:
-        cache = cache_dir_for(cfg)
-        return run_offline(repo, base_ref, head_ref, config=cfg, cache_dir=cache, clusters=clusters)
+        return run_offline(repo, base_ref, head_ref, config=cfg, cache_dir=cache_dir_for(cfg), **kw)
     with tempfile.TemporaryDirectory(prefix="gitops-agent-diff-") as tmp:
-        return run_offline(repo, base_ref, head_ref, config=None, cache_dir=Path(tmp), clusters=clusters)
+        return run_offline(repo, base_ref, head_ref, config=None, cache_dir=Path(tmp), **kw)

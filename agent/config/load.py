@@ -48,6 +48,7 @@ from agent.config.types import (
     implicit_app,
 )
 from agent.errors import ConfigError
+from agent.model import parse_release
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -148,6 +149,13 @@ def _settings(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterS
         values["exclude"] = ex
     if (dec := r.sub("decryption")) is not None:
         values["decryption"] = _decryption(dec, base_dir)
+    if (v := r.get("kubernetes_version", str)) is not None:
+        if v:
+            try:
+                parse_release(v)
+            except ValueError as e:
+                raise r.error("kubernetes_version", str(e)) from None
+        values["kubernetes_version"] = v
     return replace(s, **values)
 
 

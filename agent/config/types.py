@@ -67,6 +67,9 @@ DEFAULT_BRANCH: Final = "main"
 # Tunables no config key sets, kept beside the rest: the stages' option dataclasses use them.
 #: Seconds to wait for a CRD applied in a pass to become Established.
 CRD_WAIT: Final = 60.0
+#: Seconds a cluster's discovery is trusted before it is read again (CRDs applied by a pass, and
+#: kinds it does not know, refresh it at once).
+DISCOVERY_TTL: Final = 600.0
 #: Re-plans of one object after a 409 before it is reported failed.
 CONFLICT_RETRIES: Final = 3
 #: Seconds between the daemon's scheduler ticks, the heartbeat ``/healthz`` watches.
@@ -220,6 +223,9 @@ class ClusterSettings:
     health_debounce: float = 30.0
     #: SOPS decryption keys (the `decryption` table).
     decryption: Decryption = Decryption()
+    #: The Kubernetes release the cluster is to be upgraded to ("1.36"; "": none): objects using
+    #: versions it removes are reported by every pass and `diff`, live and offline.
+    kubernetes_version: str = ""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from agent.config.types import ClusterConfig
+from agent.config.types import DISCOVERY_TTL, ClusterConfig
 from agent.errors import ApiError, ClusterError, Transport
 from agent.kube import status as kube_status
 from agent.kube.listjson import each_item
@@ -37,6 +37,8 @@ from agent.model import FailureReason, Manifest, split_api_version
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 _MAX_429_RETRIES = 3
+#: Where a request's ``Warning`` headers are appended (a name: ``KubeClient.list`` shadows ``list``).
+WarningSink = list[str]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class RequestOptions(TypedDict, total=False):
     content_type: str
     accept: str
     timeout: float | None
+    warnings: list[str] | None
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,21 @@ class Discovery:
     def find_group_kind(self, group: str, kind: str) -> ResourceInfo | None:
         return self._by_gk.get((group, kind))
 
+    def served(self) -> dict[tuple[str, str], list[str]]:
+        """(group, kind) → the versions served, the preferred first (``plan.apis`` reads it)."""
+        out: dict[tuple[str, str], list[str]] = {}
+        for r in self._by_gvk.values():
+            versions = out.setdefault((r.group, r.kind), [])
+            if r.version not in versions:
+                versions.append(r.version)
+        return out
+
+    def api_versions(self) -> list[str]:
+        """``group/version`` and ``group/version/Kind`` of everything served: Helm's ``--api-versions``."""
+        gvs = {r.api_version for r in self._by_gvk.values()}
+        gvks = {f"{r.api_version}/{r.kind}" for r in self._by_gvk.values() if r.kind}
+        return sorted(gvs | gvks)
+
     def all(self) -> list[ResourceInfo]:
         return list(self._by_gvk.values())
 
@@ -126,6 +144,8 @@ class KubeClient:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._discovery: Discovery | None = None
+        self._discovered_at = 0.0
+        self._server_version: str | None = None
         self._cluster_uid: str | None = None
         self._lock = threading.Lock()
         self.requests = 0  # requests sent, for tests and debug logs (benchmarks count at the server)
@@ -226,8 +246,13 @@ class KubeClient:
         content_type: str = "application/json",
         accept: str = "application/json",
         timeout: float | None = None,
+        warnings: list[str] | None = None,
     ) -> bytes:
-        """Send one request; returns the raw body of a 2xx answer or raises ``ApiError``."""
+        """Send one request; returns the raw body of a 2xx answer or raises ``ApiError``.
+
+        ``warnings``: the server's ``Warning`` headers of the answer are appended there
+        (deprecated API versions, unknown or duplicate fields).
+        """
         self.check_send(method)
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": accept, "Content-Type": content_type}
@@ -263,6 +288,8 @@ class KubeClient:
                 transport, said = kube_status.transport(e)
                 raise ApiError(self.name, 0, said, verb=method, target=target, transport=transport) from e
             if 200 <= resp.status < 300:
+                if warnings is not None:
+                    warnings.extend(kube_status.warnings(resp.headers.getlist("Warning")))
                 return raw
             if resp.status == 401 and not refreshed:
                 refreshed = True  # once per request: a revoked credential must not loop
@@ -288,9 +315,11 @@ class KubeClient:
     # -- discovery ------------------------------------------------------------
 
     def discovery(self, *, refresh: bool = False) -> Discovery:
-        """Served resources (aggregated discovery: two requests); cached until ``refresh``."""
+        """Served resources (aggregated discovery: two requests); cached until ``refresh`` or
+        ``DISCOVERY_TTL`` (a cluster upgraded under a long-running agent stops serving versions)."""
         with self._lock:
-            if self._discovery is not None and not refresh:
+            fresh = time.monotonic() - self._discovered_at < DISCOVERY_TTL
+            if self._discovery is not None and not refresh and fresh:
                 return self._discovery
         resources: list[ResourceInfo] = []
         for root in ("/api", "/apis"):
@@ -317,6 +346,8 @@ class KubeClient:
         disc = Discovery(resources)
         with self._lock:
             self._discovery = disc
+            self._discovered_at = time.monotonic()
+            self._server_version = None  # an upgrade changes both: read it again when asked
         return disc
 
     def resource(self, api_version: str, kind: str) -> ResourceInfo:
@@ -422,8 +453,12 @@ class KubeClient:
         force: bool = False,
         dry_run: bool = False,
         info: ResourceInfo | None = None,
+        warnings: WarningSink | None = None,
     ) -> Manifest:
-        """Server-side apply (``application/apply-patch+yaml``): only the fields in ``manifest``."""
+        """Server-side apply (``application/apply-patch+yaml``): only the fields in ``manifest``.
+
+        ``warnings`` collects the server's ``Warning`` headers (a deprecated version says so here).
+        """
         info = info or self.resource_for(manifest)
         meta = manifest.get("metadata") or {}
         query = {
@@ -437,6 +472,7 @@ class KubeClient:
             query=query,
             body=json.dumps(manifest, separators=(",", ":")),  # JSON is YAML: sent as is
             content_type="application/apply-patch+yaml",
+            warnings=warnings,
         )
         return result
 
@@ -502,8 +538,11 @@ class KubeClient:
         return result
 
     def server_version(self) -> str:
-        doc = self.request("GET", "/version")
-        return str(doc.get("gitVersion", ""))
+        """The API server's ``gitVersion`` (``v1.35.4``); cached as long as discovery is."""
+        if self._server_version is None:
+            doc = self.request("GET", "/version")
+            self._server_version = str(doc.get("gitVersion", ""))
+        return self._server_version
 
     def cluster_uid(self, *, timeout: float | None = None) -> str | None:
         """The UID of the ``kube-system`` namespace: which cluster this is, whatever URL reached it.

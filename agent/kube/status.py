@@ -8,6 +8,7 @@ the socket raised. ``agent.kube.client`` builds ``ApiError``s from both.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 from dataclasses import dataclass
@@ -111,3 +112,18 @@ def parse_status(raw: bytes, fallback: str) -> ParsedStatus:
         causes=causes,
     )
     return ParsedStatus(reason, message, details)
+
+
+#: One warning of a ``Warning`` header (RFC 7234): ``299 - "text"`` (the text may escape quotes).
+_WARNING = re.compile(r'\d{3}\s+\S+\s+"((?:[^"\\]|\\.)*)"')
+
+
+def warnings(values: list[str]) -> list[str]:
+    """The texts of ``Warning`` header values, in order, each once (a header may hold several)."""
+    out: list[str] = []
+    for value in values:
+        for m in _WARNING.finditer(value):
+            text = re.sub(r"\\(.)", r"\1", m.group(1))
+            if text not in out:
+                out.append(text)
+    return out

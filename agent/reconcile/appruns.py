@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 
 from agent.apply.inventory import Inventory, InventoryStore, Member, record_uids
 from agent.config.types import AppConfig
-from agent.model import ApplyResult, ClusterResult, DesiredObject, DesiredSet, ObjectKey, Outcome, Revision
+from agent.model import (
+    ApiFinding,
+    ApplyResult,
+    ClusterResult,
+    DesiredObject,
+    DesiredSet,
+    ObjectKey,
+    Outcome,
+    Revision,
+)
 from agent.plan.planner import PlanOptions
 from agent.reconcile.live import LiveState
 
@@ -39,6 +48,8 @@ class AppRun:
     members: dict[ObjectKey, Member] = field(default_factory=dict)
     #: Nothing more to do for it in this pass (its result is final).
     finished: bool = False
+    #: Declared objects the cluster does not serve: failed before anything is sent.
+    unserved: dict[ObjectKey, ApiFinding] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

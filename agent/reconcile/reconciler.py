@@ -32,8 +32,11 @@ from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
     Action,
+    ApiFinding,
+    ApiProblem,
     AppConflict,
     AppHealth,
+    ApplyResult,
     Change,
     ClusterResult,
     DesiredObject,
@@ -41,6 +44,7 @@ from agent.model import (
     FailureReason,
     HealthState,
     Manifest,
+    Note,
     ObjectKey,
     Outcome,
     PassState,
@@ -166,6 +170,13 @@ class ClusterReconciler(ClusterStages):
         old = self._read_parents(runs, dry_run=dry_run)
         for run in runs.values():
             self._prepare(run)
+        everything = [o for r in runs.values() if r.desired for o in r.desired]
+        for run in runs.values():
+            if run.desired is not None and run.due:
+                run.unserved, notes = self.check_apis(run.desired, also=everything)
+                run.result.api_findings.extend([*run.unserved.values(), *notes])
+                for f in run.unserved.values():
+                    log.error("apiVersion not served; nothing sent for it", app=run.name, error=f.message)
         order = [runs[a.name] for a in dependency_order(self.apps)]
         if not any(r.active for r in order):
             return
@@ -490,11 +501,27 @@ class ClusterReconciler(ClusterStages):
         def body_for(change: Change) -> Manifest | None:
             return request_body(change, by_key[change.key])
 
-        applied = apply_stage.apply_changes(self.client, the_plan.changes, apply_opts, replan, body_for)
+        # What the cluster does not serve fails here, before any request (the rest goes on).
+        blocked = {k for k in run.unserved if k in mine}
+        sendable = [c for c in the_plan.changes if c.key not in blocked or c.action is Action.SKIP]
+        applied = apply_stage.apply_changes(self.client, sendable, apply_opts, replan, body_for)
         # A server's message may quote a value: never shown for objects that hold secrets.
         secret = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}
         applied = [replace(r, sensitive=True) if r.key in secret else r for r in applied]
+        result.results.extend(
+            ApplyResult(
+                k, Outcome.FAILED, status=404, message=run.unserved[k].message, note=Note.API_NOT_SERVED
+            )
+            for k in sorted(blocked)
+        )
         result.results.extend(applied)
+        for r in applied:
+            if r.warnings:
+                obj = by_key[r.key]
+                result.api_findings.extend(
+                    ApiFinding(r.key, obj.api_version, ApiProblem.WARNING, w, file=str(obj.provenance))
+                    for w in r.warnings
+                )
         for r in applied:
             if r.key in taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):
                 shared.release(taken[r.key], r.key)

@@ -17,7 +17,9 @@ from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
 from agent.model import (
+    CRD_KEY,
     PART_OF,
+    ApiFinding,
     DesiredObject,
     DesiredSet,
     Manifest,
@@ -26,13 +28,14 @@ from agent.model import (
     Revision,
     split_api_version,
 )
+from agent.plan import apis
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
 from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
 from agent.reconcile.keys import load_keys
 from agent.reconcile.live import Inspect, LiveState, crd_scopes, read_live
-from agent.render.renderer import RenderCache, RenderSpec
+from agent.render.renderer import Capabilities, RenderCache, RenderSpec
 from agent.render.sops import SOPS_KEY
 
 ClientFactory = Callable[[ClusterConfig], KubeClient]
@@ -142,9 +145,16 @@ class ClusterStages:
 
     # -- stages ---------------------------------------------------------------
 
+    def capabilities(self) -> Capabilities:
+        """This cluster's version and served API versions, for charts (asked only by a chart's
+        render; both cached by the client)."""
+        disc = self.client.discovery()
+        return Capabilities(self.client.server_version(), tuple(disc.api_versions()))
+
     def spec_for(self, app: AppConfig | None = None) -> RenderSpec:
-        """What ``app`` (default: the cluster entry's own) renders, with its age identities loaded
-        now (a rotated key takes effect on the next pass); ``RenderError`` when they cannot be."""
+        """What ``app`` (default: the cluster entry's own) renders here: Helm told this cluster's
+        capabilities, and its age identities loaded now (a rotated key takes effect on the next
+        pass); ``RenderError`` when they cannot be."""
         spec = render_spec(self.cluster) if app is None else app_render_spec(app)
         decryption = (self.cluster.settings if app is None else app.settings).decryption
         keys = load_keys(
@@ -153,7 +163,7 @@ class ClusterStages:
             namespace=self.config.agent.namespace,
             cluster=self.cluster.name,
         )
-        return replace(spec, keys=keys)
+        return replace(spec, keys=keys, capabilities=self.capabilities)
 
     def _read_secret(self, namespace: str, name: str) -> Manifest | None:
         return self.client.get(self.client.resource("v1", "Secret"), namespace, name)
@@ -220,6 +230,30 @@ class ClusterStages:
         if problems:
             raise RenderError(problems, cluster=self.cluster.name)
         return out
+
+    def check_apis(
+        self, desired: list[DesiredObject], *, also: Iterable[DesiredObject] = ()
+    ) -> tuple[dict[ObjectKey, ApiFinding], list[ApiFinding]]:
+        """Before anything is written: the objects whose group/version/kind the cluster does not
+        serve (each fails alone, nothing sent for it), and notes on the others: versions
+        deprecated at the cluster's release or by a CRD of the render, and versions the
+        cluster's ``kubernetes_version`` target removes. ``also``: the pass's other apps' objects
+        (their CRDs are applied in the same pass)."""
+        also = [o for o in also if (o.key.group, o.key.kind) == CRD_KEY]
+        unserved = apis.unserved(desired, self.client.discovery().served(), also=also)
+        if unserved:  # served since discovery was read (a CRD applied by someone else)? Ask once.
+            unserved = apis.unserved(desired, self.client.discovery(refresh=True).served(), also=also)
+        rest = [o for o in desired if o.key not in unserved]
+        try:
+            release: apis.Release | None = apis.parse_release(self.client.server_version())
+        except ValueError:
+            release = None  # a distribution's odd gitVersion: the table's deprecations are skipped
+        notes = list(apis.deprecations(rest, release).values())
+        target = self.cluster.settings.kubernetes_version
+        if target:
+            removed = apis.removed_by(rest, apis.parse_release(target))
+            notes = [n for n in notes if n.key not in removed] + list(removed.values())
+        return unserved, notes
 
     def read_live(
         self,

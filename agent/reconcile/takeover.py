@@ -22,6 +22,10 @@ that removes the declared paths from the leftover entries — an apply alone
 cannot move a field whose value is unchanged: the server makes it shared.
 This is what ``kubectl``'s client-side → server-side upgrade does.
 
+The same command removes managedFields entries that name a custom resource version on its way
+out (``stale_versions``): after the CRD stops serving it, they would make every server-side
+apply of the object fail and could not be removed any more (kubernetes#111937).
+
 Called by ``agent/cli/takeover.py`` with the pieces of ``ClusterReconciler``
 (render, prepare, schema, read_live); tests in ``tests/test_takeover.py``.
 """
@@ -62,6 +66,7 @@ from agent.plan.fields import (
 from agent.plan.planner import PlanOptions, plan_object, send_body
 from agent.plan.schema import root_node
 from agent.reconcile.reconciler import ClusterReconciler
+from agent.reconcile.stale_versions import CrdVersions, StaleEntry, crd_versions, stale_entries
 
 #: Managers that are leftovers by name: (glob, why).
 KNOWN_LEFTOVERS: tuple[tuple[str, str], ...] = (
@@ -91,6 +96,8 @@ class TakeoverItem:
     handovers: tuple[Handover, ...]
     resource_version: str | None
     yielded: tuple[FieldConflict, ...] = ()
+    #: Entries naming a custom resource version on its way out: removed.
+    stale: tuple[StaleEntry, ...] = ()
 
     @property
     def paths(self) -> int:
@@ -143,8 +150,12 @@ def plan_takeover(
     live: Mapping[ObjectKey, Manifest | None],
     options: PlanOptions,
     named: Sequence[str] = (),
+    crds: Mapping[tuple[str, str], CrdVersions] | None = None,
+    everything: Sequence[DesiredObject] | None = None,
 ) -> TakeoverPlan:
-    """Per object, the Git-declared paths leftover managers hold (pure; see the module docstring)."""
+    """Per object, the Git-declared paths leftover managers hold and the entries naming a custom
+    resource version on its way out (pure; see the module docstring). ``crds``: the live CRDs'
+    versions; ``everything``: the whole desired set (its CRDs say which versions Git keeps)."""
     items: list[TakeoverItem] = []
     for obj in desired:
         current = live.get(obj.key)
@@ -152,12 +163,11 @@ def plan_takeover(
             continue
         entries = managed_entries(current)
         reasons = {e: r for e in entries if (r := leftover_reason(e, entries, options.field_manager, named))}
-        if not reasons:
-            continue
         opts = _options_for(options, [e.manager for e in reasons])
         body = send_body(obj, current, opts)
         if body is None:
             continue  # reconcile disabled: never touched
+        stale = stale_entries(obj, current, crds or {}, desired if everything is None else everything)
         group, version = split_api_version(obj.api_version)
         declared = manifest_paths(body, root_node(options.schema, group, version, str(obj.manifest["kind"])))
         handovers = tuple(
@@ -165,10 +175,10 @@ def plan_takeover(
             for e, why in reasons.items()
             if declared & e.paths
         )
-        if handovers:
+        if handovers or stale:
             change = plan_object(obj, current, opts)
             rv = str(current["metadata"].get("resourceVersion") or "") or None
-            items.append(TakeoverItem(obj.key, handovers, rv, change.yielded))
+            items.append(TakeoverItem(obj.key, handovers, rv, change.yielded, stale))
     return TakeoverPlan(cluster, options.field_manager, tuple(items))
 
 
@@ -190,14 +200,17 @@ def execute_takeover(
     desired: Mapping[ObjectKey, DesiredObject],
     options: PlanOptions,
     named: Sequence[str] = (),
+    crds: Mapping[tuple[str, str], CrdVersions] | None = None,
 ) -> list[ApplyResult]:
     """Take each item over: re-planned from a fresh read (controllers write status in between),
-    a forced apply of Git's paths only, then the moved paths removed from the leftovers."""
+    a forced apply of Git's paths only, then the moved paths removed from the leftovers and the
+    stale-version entries removed."""
     results: list[ApplyResult] = []
+    everything = list(desired.values())
     for item in plan_.items:
         obj = desired[item.key]
         try:
-            results.append(_take(client, obj, options, named))
+            results.append(_take(client, obj, options, named, crds or {}, everything))
         except ApiError as e:
             if e.status in (0, 401):
                 raise
@@ -208,22 +221,35 @@ def execute_takeover(
     return results
 
 
-def _take(client: KubeClient, obj: DesiredObject, options: PlanOptions, named: Sequence[str]) -> ApplyResult:
+def _take(
+    client: KubeClient,
+    obj: DesiredObject,
+    options: PlanOptions,
+    named: Sequence[str],
+    crds: Mapping[tuple[str, str], CrdVersions],
+    everything: Sequence[DesiredObject],
+) -> ApplyResult:
     info = client.resource(obj.api_version, obj.key.kind)
     ns = obj.key.namespace or None
     live = client.get(info, ns, obj.key.name)
-    fresh = plan_takeover("", [obj], {obj.key: live}, options, named).items
+    fresh = plan_takeover("", [obj], {obj.key: live}, options, named, crds, everything).items
     if not fresh:
         return ApplyResult(obj.key, Outcome.UNCHANGED, message="nothing left to take over")
     item = fresh[0]
-    body = send_body(obj, live, _options_for(options, [h.manager for h in item.handovers]))
-    assert body is not None
-    body = copy.deepcopy(body)
-    body["metadata"]["resourceVersion"] = item.resource_version
-    applied = client.apply(body, field_manager=options.field_manager, force=True, info=info)
+    applied = live
+    assert applied is not None
+    ours_stale = any(e.manager == options.field_manager and e.operation == "Apply" for e in item.stale)
+    if item.handovers or ours_stale:  # our own entry moves to Git's version with our apply
+        body = send_body(obj, live, _options_for(options, [h.manager for h in item.handovers]))
+        assert body is not None
+        body = copy.deepcopy(body)
+        body["metadata"]["resourceVersion"] = item.resource_version
+        applied = client.apply(body, field_manager=options.field_manager, force=True, info=info)
     moved = {(h.manager, h.operation, h.api_version): frozenset(h.paths) for h in item.handovers}
     entries: list[dict[str, Any]] = []
     for raw in applied["metadata"].get("managedFields") or ():
+        if any(s.matches(raw) for s in item.stale):
+            continue
         paths = moved.get((raw.get("manager"), raw.get("operation"), raw.get("apiVersion")))
         if paths is None or raw.get("subresource"):
             entries.append(raw)
@@ -236,12 +262,14 @@ def _take(client: KubeClient, obj: DesiredObject, options: PlanOptions, named: S
             {"op": "replace", "path": "/metadata/managedFields", "value": entries},
         ]
         client.patch(info, ns, obj.key.name, patch, patch_type="json", field_manager=options.field_manager)
-    managers = ", ".join(h.manager for h in item.handovers)
+    done = []
+    if item.handovers:
+        done.append(f"took over {item.paths} path(s) from {', '.join(h.manager for h in item.handovers)}")
+    if item.stale:
+        named_versions = ", ".join(sorted({f"{s.manager} ({s.api_version})" for s in item.stale}))
+        done.append(f"removed {len(item.stale)} entry(ies) naming a version to leave: {named_versions}")
     return ApplyResult(
-        obj.key,
-        Outcome.CONFIGURED,
-        message=f"took over {item.paths} path(s) from {managers}",
-        uid=applied["metadata"].get("uid"),
+        obj.key, Outcome.CONFIGURED, message="; ".join(done), uid=applied["metadata"].get("uid")
     )
 
 
@@ -259,11 +287,18 @@ def describe(plan_: TakeoverPlan, *, applied: bool) -> list[str]:
             lines.append(f"      why: {h.why}")
         for c in item.yielded:
             lines.append(f"  left to {c.manager} ({c.subresource or c.operation}): {render_path(c.path)}")
+        for st in item.stale:
+            where = f"{st.operation}, subresource {st.subresource}" if st.subresource else st.operation
+            lines.append(f"  {st.manager} ({where}) names {st.api_version}: entry removed")
+            lines.append(f"      why: {st.why}")
     total = sum(i.paths for i in plan_.items)
     lines.append(
         f"{len(plan_.items)} object(s), {total} Git-declared path(s) from "
         f"{len(plan_.managers)} manager(s): {', '.join(plan_.managers) or 'none'}"
     )
+    stale = sum(len(i.stale) for i in plan_.items)
+    if stale:
+        lines.append(f"{stale} managedFields entry(ies) naming a custom resource version to leave")
     return lines
 
 
@@ -291,16 +326,17 @@ def run_takeover(
     if live.errors:
         raise ClusterError(reconciler.cluster.name, "; ".join(live.errors), retryable=True)
     options = reconciler.plan_options(store.id, app=app)
-    the_plan = plan_takeover(
-        reconciler.cluster.name, desired, {k: live.objects.get(k) for k in by_key}, options, named
-    )
+    # One LIST of CRDs: which of these kinds they define, in which versions.
+    crds = crd_versions(reconciler.client, {(o.key.group, o.key.kind) for o in desired if o.key.group})
+    live_of = {k: live.objects.get(k) for k in by_key}
+    the_plan = plan_takeover(reconciler.cluster.name, desired, live_of, options, named, crds)
     if not apply or not the_plan.items:
         return the_plan, []
     inventory = store.claim(store.load())  # refused if another entry's; created (claimed) if absent
     members = widen(inventory, [i.key for i in the_plan.items])
     if {m.key for m in members} != set(inventory.members):
         store.write(members)
-    return the_plan, execute_takeover(reconciler.client, the_plan, by_key, options, named)
+    return the_plan, execute_takeover(reconciler.client, the_plan, by_key, options, named, crds)
 
 
 __all__ = [

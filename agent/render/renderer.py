@@ -49,8 +49,8 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,17 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What ``helm template`` is told about the cluster a chart goes to: its version
+    (``.Capabilities.KubeVersion``) and what it serves (``.Capabilities.APIVersions``), so a
+    chart that chooses its apiVersions picks the ones that cluster serves."""
+
+    kube_version: str = ""
+    #: ``group/version`` and ``group/version/Kind`` entries (``--api-versions``).
+    api_versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RenderSpec:
     """What to render for one cluster; built from ``ClusterConfig`` by the caller."""
 
@@ -100,6 +111,10 @@ class RenderSpec:
     keys: AgeKeys | None = None
     #: Decrypt encrypted files, or keep their ciphertext (reports without keys).
     sops: SopsMode = SopsMode.DECRYPT
+    #: The cluster's capabilities for Helm, asked only when a chart is rendered (a pass: the
+    #: cluster's version and discovery); ``kube_version`` alone (offline: a target release).
+    capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
+    kube_version: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -205,6 +220,9 @@ class _Render:
             max_file=spec.max_file_bytes,
             problems=self.problems,
         )
+        #: What Helm was told about the cluster: the output is that cluster's (not shareable).
+        self.used_capabilities: Capabilities | None = None
+        self.helm_ran = False
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.tree).as_posix() if path != self.tree else "."
@@ -383,6 +401,11 @@ class _Render:
         binary = self.binary("helm", f"{rel}/Chart.yaml")
         if binary is None:
             return
+        self.helm_ran = True
+        caps = self.spec.capabilities() if self.spec.capabilities is not None else None
+        if caps is None and self.spec.kube_version:
+            caps = Capabilities(self.spec.kube_version)
+        self.used_capabilities = caps or self.used_capabilities
         out = helm_template(
             binary,
             chart,
@@ -390,6 +413,8 @@ class _Render:
             release=release,
             namespace=namespace,
             values=values,
+            kube_version=caps.kube_version if caps else "",
+            api_versions=caps.api_versions if caps else (),
             timeout=self.spec.timeout,
             max_output=self.spec.max_output_bytes,
             runner=self.runner,
@@ -426,16 +451,26 @@ class _Render:
                 first[key] = prov
 
 
-def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner | None = None) -> DesiredSet:
-    """Every object ``spec`` declares in ``tree``.
-
-    Raises ``RenderError`` with all problems found; never returns a partial set.
-    """
-    job = _Render(tree, spec, runner or run_subprocess)
+def _job(tree: Path, spec: RenderSpec, runner: Runner) -> _Render:
+    job = _Render(tree, spec, runner)
     job.run()
     job.duplicates()
     if job.problems:
         raise RenderError(job.problems, cluster=spec.cluster)
+    return job
+
+
+def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner | None = None) -> DesiredSet:
+    """Every object ``spec`` declares in ``tree``.
+
+    Raises ``RenderError`` with all problems found; never returns a partial set. With a
+    capabilities provider, charts are rendered once without it first: a render that fails
+    never asks the cluster anything (docs/safety.md rule 2), and one without charts never does.
+    """
+    runner = runner or run_subprocess
+    job = _job(tree, replace(spec, capabilities=None) if spec.capabilities else spec, runner)
+    if spec.capabilities is not None and job.helm_ran:
+        job = _job(tree, spec, runner)
     ds = DesiredSet(
         spec.cluster,
         revision,
@@ -443,7 +478,9 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
         encrypted=tuple(job.sops.sources.values()),
         sealed=spec.sops is SopsMode.SEAL,
     )
-    if not job.used_cluster_name:
+    if job.used_capabilities is not None:
+        _CAPABILITIES[ds] = job.used_capabilities
+    elif not job.used_cluster_name:
         _CLUSTER_NEUTRAL.add(ds)
     return ds
 
@@ -473,6 +510,8 @@ class _Entry:
     views: dict[str, DesiredSet] = field(default_factory=dict)
     encrypted: tuple[EncryptedSource, ...] = ()
     sealed: bool = False
+    #: What Helm was told about the cluster: the entry holds only while the cluster still says so.
+    capabilities: Capabilities | None = None
 
 
 class RenderCache:
@@ -530,6 +569,12 @@ class RenderCache:
         with self._lock:
             for key in (self.key(revision, spec), self.key(revision, spec, own=True)):
                 entry = self._entries.get(key)
+                if (
+                    entry is not None
+                    and entry.capabilities is not None
+                    and not _same_capabilities(entry.capabilities, spec)
+                ):
+                    continue  # the cluster was upgraded, or a CRD came or went: render again
                 if entry is not None:
                     self._entries.move_to_end(key)
                     view = entry.views.get(spec.cluster)
@@ -546,9 +591,11 @@ class RenderCache:
             return
         shared = ds in _CLUSTER_NEUTRAL
         key = self.key(revision, spec, own=not shared)
+        caps = _CAPABILITIES.get(ds)
         with self._lock:
-            if key not in self._entries:  # a render already shared stays the one everybody holds
-                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds}, ds.encrypted, ds.sealed)
+            old = self._entries.get(key)
+            if old is None or old.capabilities != caps:  # a shared render stays the one all hold
+                self._entries[key] = _Entry(ds.objects, {ds.cluster: ds}, ds.encrypted, ds.sealed, caps)
             self._entries.move_to_end(key)
             self._evict(key)
 
@@ -591,3 +638,12 @@ class RenderCache:
 
 #: Renders that did not use the cluster's name (``put`` may share them): weak, so they go with them.
 _CLUSTER_NEUTRAL: weakref.WeakSet[DesiredSet] = weakref.WeakSet()
+#: Renders that told Helm a cluster's capabilities, and which.
+_CAPABILITIES: weakref.WeakKeyDictionary[DesiredSet, Capabilities] = weakref.WeakKeyDictionary()
+
+
+def _same_capabilities(used: Capabilities, spec: RenderSpec) -> bool:
+    """Whether the cluster ``spec`` renders for still says what ``used`` told Helm."""
+    if spec.capabilities is not None:
+        return spec.capabilities() == used
+    return used == Capabilities(spec.kube_version)

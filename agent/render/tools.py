@@ -450,12 +450,22 @@ def helm_template(
     timeout: float,
     max_output: int,
     runner: Runner,
+    kube_version: str = "",
+    api_versions: Sequence[str] = (),
 ) -> ToolOutput:
-    """``helm template`` of a chart directory with the given values files, offline."""
+    """``helm template`` of a chart directory with the given values files, offline.
+
+    ``kube_version`` and ``api_versions`` are the cluster's (``.Capabilities``): without them
+    Helm assumes its own built-in version and API list, not the cluster's.
+    """
     rel = chart.relative_to(tree).as_posix()
     argv = [str(helm), "template", release, str(chart), "--include-crds", "--skip-tests"]
     if namespace:
         argv += ["--namespace", namespace]
+    if kube_version:
+        argv += ["--kube-version", kube_version]
+    for av in api_versions:
+        argv += ["--api-versions", av]
     for v in values:
         argv += ["--values", str(v)]
     with tempfile.TemporaryDirectory(prefix="gitops-agent-helm-") as home:

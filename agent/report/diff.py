@@ -39,6 +39,7 @@ from agent.model import (
     RECREATE,
     RECREATE_ON_IMMUTABLE,
     Action,
+    ApiProblem,
     ApplyResult,
     Change,
     DesiredObject,
@@ -56,6 +57,7 @@ from agent.render.renderer import render
 from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.report.model import (
     ACTION_ORDER,
+    ApiLine,
     AppConflictLine,
     AppReport,
     ClusterReport,
@@ -178,7 +180,6 @@ def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | Non
 
 
 def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name: str) -> Preview:
-    cluster = rec.cluster
     spec = rec.spec_for(app)
     if isinstance(target, Mapping):
         source = app.source if app is not None else DEFAULT_SOURCE
@@ -197,16 +198,20 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
     default_namespace = app.settings.default_namespace if app is not None else None
     desired = rec.prepare(desired_set, store.id, default_namespace=default_namespace)
     rec.load_schema(desired)
+    unserved, api_notes = rec.check_apis(desired)
+    api: dict[ObjectKey, list[ApiLine]] = {}
+    for f in [*unserved.values(), *api_notes]:
+        api.setdefault(f.key, []).append(ApiLine(f.problem.value, f.message, f.replacement))
     by_key = {o.key: o for o in desired}
     live = rec.read_live(set(by_key) | inventory.keys(), desired)
     notes.extend(live.errors)
     options = rec.plan_options(store.id, app=app)
     # An object whose listing failed has unknown live state: planned as SKIP, never as a create.
     known = {k: live.objects.get(k) for k in by_key if live.listed(k)}
-    the_plan = plan(cluster.name, desired_set.revision, desired, known, options)
+    the_plan = plan(rec.cluster.name, desired_set.revision, desired, known, options)
     the_plan = replace(the_plan, changes=tuple(live.explain(c) for c in the_plan.changes))
     secrets = secret_strings([o.manifest for o in desired] + list(live.objects.values()))
-    objects = _confirm(rec, the_plan.changes, by_key, live, options, secrets)
+    objects = _confirm(rec, the_plan.changes, by_key, live, options, secrets, api, set(unserved))
 
     prune_options = rec.prune_options(store.id, dry_run=True, app=app)
     decision = prune_stage.decide(
@@ -223,7 +228,7 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
     report = AppReport(
         name,
         objects=sort_objects(objects),
-        unchanged=sum(1 for c in the_plan.changes if c.action is Action.NOOP),
+        unchanged=sum(1 for c in the_plan.changes if c.action is Action.NOOP and c.key not in api),
         prune_refused=prune_refused,
         notes=tuple(notes),
     )
@@ -300,8 +305,14 @@ def _confirm(
     live: LiveState,
     options: PlanOptions,
     secrets: set[str],
+    api: Mapping[ObjectKey, list[ApiLine]],
+    unserved: set[ObjectKey],
 ) -> list[ObjectReport]:
-    """Every non-noop change as a report entry; creates/updates confirmed by a server dry-run."""
+    """Every non-noop change as a report entry; creates/updates confirmed by a server dry-run.
+
+    An object whose apiVersion the cluster does not serve is not sent (the pass fails it with
+    the same words); an unchanged one with a note on its apiVersion still gets an entry.
+    """
     new_namespaces = {
         c.key.name
         for c in changes
@@ -315,7 +326,25 @@ def _confirm(
     }
 
     def one(change: Change) -> ObjectReport | None:
-        if change.action is Action.NOOP:
+        entry = _one(change)
+        lines = tuple(api.get(change.key, ()))
+        if entry is None and lines:
+            desired = by_key[change.key]
+            why = "not applied: its apiVersion is not served" if change.key in unserved else "no change"
+            return new_object(
+                change.key,
+                change.api_version,
+                ObjectAction.SKIP,
+                source=str(desired.provenance),
+                reason=why,
+                api=lines,
+            )
+        if entry is not None and lines:
+            entry = replace(entry, api=lines + entry.api)
+        return entry
+
+    def _one(change: Change) -> ObjectReport | None:
+        if change.action is Action.NOOP or change.key in unserved:
             return None
         current = live.objects.get(change.key)
         if change.action not in (Action.CREATE, Action.UPDATE):
@@ -324,8 +353,11 @@ def _confirm(
         expected = expected_object(desired, current, options)
         body = request_body(change, desired)
         assert body is not None
+        warnings: list[str] = []
         try:
-            after = rec.client.apply(body, field_manager=rec.field_manager, force=change.force, dry_run=True)
+            after = rec.client.apply(
+                body, field_manager=rec.field_manager, force=change.force, dry_run=True, warnings=warnings
+            )
         except ApiError as e:
             if e.is_cluster_level:
                 raise
@@ -348,7 +380,9 @@ def _confirm(
             return change_report(
                 change, current, expected, basis="plan", to_label="plan", error=f"HTTP {e.status}: {message}"
             )
-        return change_report(change, current, after, basis="server", to_label="server dry-run")
+        done = change_report(change, current, after, basis="server", to_label="server dry-run")
+        said = tuple(ApiLine(ApiProblem.WARNING.value, scrub(w, secrets)) for w in warnings)
+        return replace(done, api=said) if said else done
 
     workers = max(1, rec.cluster.settings.concurrency)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"diff-{rec.cluster.name}") as pool:

@@ -34,13 +34,23 @@ from pathlib import Path
 
 from agent.config.types import AppConfig, ClusterConfig, ClusterSettings, Config, SourceConfig, implicit_app
 from agent.errors import AgentError
-from agent.model import DECRYPTED_FIELDS, DesiredObject, DesiredSet, Revision
+from agent.model import (
+    DECRYPTED_FIELDS,
+    DesiredObject,
+    DesiredSet,
+    ObjectKey,
+    Revision,
+    parse_release,
+    release_text,
+)
+from agent.plan import apis
 from agent.reconcile.reconciler import app_render_spec
 from agent.render.renderer import RenderSpec, render
 from agent.render.sops import SopsMode
 from agent.report.diff import Preview, flag_app_conflicts, new_object, sort_objects
 from agent.report.diff_fields import diff_objects
 from agent.report.model import (
+    ApiLine,
     AppReport,
     ClusterReport,
     Finding,
@@ -83,19 +93,41 @@ def _render_at(tree: Path, spec: RenderSpec, *, base: bool, revision: str) -> De
 
 
 def compare_cluster(
-    cluster: ClusterConfig, base: Revision, head: Revision, apps: Sequence[AppConfig] = ()
+    cluster: ClusterConfig,
+    base: Revision,
+    head: Revision,
+    apps: Sequence[AppConfig] = (),
+    *,
+    kubernetes_version: str = "",
 ) -> ClusterReport:
     """One cluster's section: per app (default: the entry's own), its added/changed/removed
     objects between two checked-out revisions; an object two apps declare at the head is
-    flagged in both apps' parts."""
+    flagged in both apps' parts. ``kubernetes_version`` (else the cluster's own target): the
+    head's objects using API versions that release removes are flagged, changed or not."""
     chosen = list(apps) or [implicit_app(cluster, ())]
-    previews = [compare_app(a, base, head) for a in chosen]
+    target = kubernetes_version or cluster.settings.kubernetes_version
+    previews = [compare_app(a, base, head, kubernetes_version=target) for a in chosen]
     return ClusterReport(cluster.name, flag_app_conflicts(previews, skip_others=False))
 
 
-def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
+def _api_lines(objects: Sequence[DesiredObject], target: str) -> dict[ObjectKey, tuple[ApiLine, ...]]:
+    """The head's objects whose apiVersion ``target`` removes, or deprecates (the table, a CRD
+    of the render)."""
+    release = parse_release(target) if target else None
+    found: dict[ObjectKey, list[ApiLine]] = {}
+    removed = apis.removed_by(objects, release) if release else {}
+    notes = apis.deprecations([o for o in objects if o.key not in removed], release)
+    for f in [*removed.values(), *notes.values()]:
+        found.setdefault(f.key, []).append(ApiLine(f.problem.value, f.message, f.replacement))
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def compare_app(app: AppConfig, base: Revision, head: Revision, *, kubernetes_version: str = "") -> Preview:
     """One app's added/changed/removed objects; it fails alone (its own error)."""
     spec = dataclasses.replace(app_render_spec(app), sops=SopsMode.SEAL)
+    if kubernetes_version:  # charts choose their apiVersions for the release the cluster goes to
+        release = release_text(parse_release(kubernetes_version))
+        spec = dataclasses.replace(spec, kube_version=f"v{release}.0")
     try:
         before = _render_at(base.tree, spec, base=True, revision=base.sha)
     except AgentError as e:
@@ -106,6 +138,7 @@ def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
         return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     old = {o.key: o for o in before.objects}
     new = {o.key: o for o in after.objects}
+    api = _api_lines(after.objects, kubernetes_version)
     objects: list[ObjectReport] = []
     unchanged = 0
     base_label, head_label = f"base {base.short}", f"head {head.short}"
@@ -115,7 +148,15 @@ def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
             b.manifest if b else None, a.manifest if a else None, from_label=base_label, to_label=head_label
         )
         if not fields:
-            unchanged += 1
+            if a is not None and key in api:
+                objects.append(
+                    new_object(
+                        key, a.api_version, ObjectAction.SKIP, source=str(a.provenance), reason="no change",
+                        api=api[key],
+                    )
+                )  # fmt: skip
+            else:
+                unchanged += 1
             continue
         action = (
             ObjectAction.CREATE if b is None else ObjectAction.PRUNE if a is None else ObjectAction.UPDATE
@@ -132,6 +173,7 @@ def compare_app(app: AppConfig, base: Revision, head: Revision) -> Preview:
                 basis="git",
                 source=str(where.provenance),
                 reason=_moved(b, a),
+                api=api.get(key, ()),
             )
         )
     report = AppReport(
@@ -200,6 +242,7 @@ def run_offline(
     config: Config | None,
     cache_dir: Path,
     clusters: Sequence[str] = (),
+    kubernetes_version: str = "",
 ) -> Report:
     """Resolve both refs, then compare every selected cluster; a ``SourceError`` propagates."""
     source_config = (
@@ -216,7 +259,14 @@ def run_offline(
     if config is None:
         notes = (f"clusters by convention: `{CONVENTION_DIR}/<name>/` (no --config given)",)
     reports = tuple(
-        compare_cluster(c, base, head, config.apps_of(c.name) if config is not None else ()) for c in chosen
+        compare_cluster(
+            c,
+            base,
+            head,
+            config.apps_of(c.name) if config is not None else (),
+            kubernetes_version=kubernetes_version,
+        )
+        for c in chosen
     )
     return Report(
         Mode.OFFLINE,
@@ -224,6 +274,7 @@ def run_offline(
         reports,
         base=RevisionInfo(base_ref, base.sha),
         notes=notes,
+        kubernetes_version=kubernetes_version,
     )
 
 

@@ -27,7 +27,16 @@ import structlog
 
 from agent.errors import ApiError, ClusterError
 from agent.kube.client import KubeClient
-from agent.model import AppHealth, ApplyResult, ClusterResult, HealthState, Note, Outcome
+from agent.model import (
+    ApiFinding,
+    ApiProblem,
+    AppHealth,
+    ApplyResult,
+    ClusterResult,
+    HealthState,
+    Note,
+    Outcome,
+)
 
 log = structlog.get_logger("gitops_agent.events")
 
@@ -58,6 +67,19 @@ def reportable(result: ClusterResult) -> list[ApplyResult]:
     return [r for r in result.results if r.outcome in _REASONS]
 
 
+def api_notes(result: ClusterResult) -> list[ApiFinding]:
+    """Deprecation notes and the server's warnings (objects the cluster does not serve are
+    failed objects already, with their own Event)."""
+    return [f for f in result.api_findings if f.problem is not ApiProblem.NOT_SERVED]
+
+
+def _finding_message(f: ApiFinding) -> str:
+    """A Secret's warning may quote what was sent: only its apiVersion is named."""
+    if f.key.kind == "Secret":
+        return f"{f.key}: {f.api_version}: {f.problem.value}"
+    return f"{f.key}: {f.message}"[:1000]
+
+
 @dataclass(frozen=True)
 class _Pass:
     """What an Event names besides its object: the cluster, the app and the revision."""
@@ -77,7 +99,7 @@ def emit(
     instance: str = "",
 ) -> int:
     """Write the pass's Events; returns how many were written or updated."""
-    items = reportable(result)
+    items: list[ApplyResult | ApiFinding] = [*reportable(result), *api_notes(result)]
     if not items or result.dry_run:
         return 0
     ref = _parent_ref(client, namespace, parent_name, result.cluster)
@@ -86,9 +108,18 @@ def emit(
     subject = _Pass(result.cluster, result.app, result.revision)
     written = 0
     for r in items[:MAX_EVENTS]:
+        if isinstance(r, ApiFinding):
+            reason = "RemovedAPIVersion" if r.problem is ApiProblem.REMOVED else "DeprecatedAPIVersion"
+            message, about = _finding_message(r), f"{r.key}|{r.message}"
+            written += _write(
+                client, namespace, ref, subject, "Warning", reason, message, about, component, instance
+            )
+            continue
         severity, reason = _REASONS[r.outcome]
         if r.note is Note.DELETE_REFUSED:
             reason = "PruneFailed"
+        elif r.note is Note.API_NOT_SERVED:
+            reason = "APIVersionNotServed"
         written += _write(
             client, namespace, ref, subject, severity, reason, message_for(r), str(r.key), component, instance
         )
@@ -101,7 +132,7 @@ def emit(
             subject,
             "Warning",
             "MoreObjects",
-            f"{more} more failed or pruned objects in this pass; see the agent's log",
+            f"{more} more failed, pruned or deprecated objects in this pass; see the agent's log",
             "summary",
             component,
             instance,

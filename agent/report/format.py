@@ -77,6 +77,8 @@ def status_text(c: ClusterReport) -> str:
         return f"error: {flagged[0].text()}{more}"
     if c.errors:
         return f"{c.errors} object(s) rejected"
+    if c.blocked:
+        return f"{c.blocked} object(s) use an API version that is not served"
     refused = [
         (a.prune_refused.splitlines() or [""])[0] if c.implicit_only else f"{a.name}: " + a.prune_refused
         for a in c.apps
@@ -135,6 +137,8 @@ def _fence(text: str) -> str:
 
 def markdown_summary(report: Report) -> str:
     lines = [COMMENT_MARKER, f"### {_line(title(report), 400)}", ""]
+    if report.kubernetes_version:
+        lines += [f"API versions checked against Kubernetes {report.kubernetes_version}.", ""]
     if report.field_manager and report.mode is Mode.LIVE:
         lines += [
             f"Field manager `{report.field_manager}`; creates and updates checked by a server dry-run.",
@@ -215,7 +219,7 @@ def markdown_object(report: Report, o: ObjectReport, *, diff_limit: int | None =
     if o.released:
         bits.append(f"{len(o.released)} released")
     extra = f" — {', '.join(bits)}" if bits else ""
-    icon = "❌ " if o.error else ""
+    icon = "❌ " if o.error or o.blocked else ""
     lines = [
         "<details>",
         f"<summary>{icon}<b>{action_word(report, o)}</b> <code>{html.escape(o.key)}</code>{extra}</summary>",
@@ -238,8 +242,9 @@ def markdown_object(report: Report, o: ObjectReport, *, diff_limit: int | None =
         lines += ["", f"{fence}diff", diff, fence]
         if clipped:
             lines.append("_(diff truncated to respect the size limit)_")
-    if o.conflicts or o.released or o.app_conflicts:
+    if o.conflicts or o.released or o.app_conflicts or o.api:
         lines.append("")
+    lines += [f"- {'❌' if a.blocking else '⚠️'} {a.problem}: {_line(a.message, 1000)}" for a in o.api]
     lines += [f"- ⚠️ conflict: {_line(conflict_text(c), 1000)}" for c in o.conflicts]
     lines += [f"- ⚠️ app conflict: {_line(c.text(), 1000)}" for c in o.app_conflicts]
     for r in o.released:
@@ -313,6 +318,8 @@ def render_text(report: Report, *, color: bool = False) -> str:
         return click.style(text, **kw) if color else text  # type: ignore[arg-type]
 
     lines = [style(title(report), bold=True), ""]
+    if report.kubernetes_version:
+        lines[1:1] = [f"API versions checked against Kubernetes {report.kubernetes_version}"]
     rows: list[tuple[str, ...]] = [
         ("CLUSTER", "CREATED", "UPDATED", "PRUNED", "CONFLICTS", "ERRORS", "STATUS")
     ]
@@ -353,6 +360,8 @@ def _text_object(report: Report, o: ObjectReport, style: Callable[..., str]) -> 
     lines = ["", style(head, fg="red" if o.error else colour, bold=True)]
     if o.error:
         lines.append(style(f"  rejected: {o.error}", fg="red"))
+    for a in o.api:
+        lines.append(style(f"  {a.problem}: {a.message}", fg="red" if a.blocking else "yellow"))
     if o.reason:
         lines.append(f"  {o.reason}")
     if o.note:

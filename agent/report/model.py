@@ -145,6 +145,21 @@ class AppConflictLine:
 
 
 @dataclass(frozen=True)
+class ApiLine:
+    """What is, or will be, wrong with the object's apiVersion (``model.ApiProblem`` spelling)."""
+
+    problem: str
+    message: str
+    #: The apiVersion to use instead ("" when none is known).
+    replacement: str = ""
+
+    @property
+    def blocking(self) -> bool:
+        """Not served (there, or after the target release): the object cannot be applied."""
+        return self.problem in ("not-served", "removed")
+
+
+@dataclass(frozen=True)
 class ObjectReport:
     """One object's entry in a cluster's report."""
 
@@ -168,6 +183,8 @@ class ObjectReport:
     error: str | None = None
     #: Other apps of the cluster declaring this object too (shown in both apps' sections).
     app_conflicts: tuple[AppConflictLine, ...] = ()
+    #: Its apiVersion: not served, removed by the target release, deprecated, server warnings.
+    api: tuple[ApiLine, ...] = ()
 
     @property
     def key(self) -> str:
@@ -176,8 +193,18 @@ class ObjectReport:
         return f"{gk}/{ns}{self.name}"
 
     @property
+    def blocked(self) -> bool:
+        """Its apiVersion is not served (or not by the target release)."""
+        return any(a.blocking for a in self.api)
+
+    @property
     def is_difference(self) -> bool:
-        return self.action is not ObjectAction.SKIP or self.error is not None or bool(self.app_conflicts)
+        return (
+            self.action is not ObjectAction.SKIP
+            or self.error is not None
+            or bool(self.app_conflicts)
+            or self.blocked
+        )
 
 
 class _Part(Protocol):
@@ -232,6 +259,11 @@ class AppReport:
     def has_differences(self) -> bool:
         return any(o.is_difference for o in self.objects)
 
+    @property
+    def blocked(self) -> int:
+        """Objects whose apiVersion is not served (or not by the target release)."""
+        return sum(1 for o in self.objects if o.blocked)
+
     def totals(self) -> dict[str, int]:
         return _totals(self)
 
@@ -279,6 +311,10 @@ class ClusterReport:
     def has_differences(self) -> bool:
         return any(a.has_differences for a in self.apps)
 
+    @property
+    def blocked(self) -> int:
+        return sum(a.blocked for a in self.apps)
+
     def totals(self) -> dict[str, int]:
         return _totals(self)
 
@@ -292,6 +328,8 @@ class Report:
     clusters: tuple[ClusterReport, ...]
     #: Offline mode: the revision compared against.
     base: RevisionInfo | None = None
+    #: Offline mode: the Kubernetes release checked for removed API versions ("" none).
+    kubernetes_version: str = ""
     field_manager: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -357,6 +395,7 @@ def _object_json(o: ObjectReport) -> dict[str, Any]:
             {"holder": c.holder, "holderFile": c.holder_file, "other": c.other, "otherFile": c.other_file}
             for c in o.app_conflicts
         ],
+        "api": [{"problem": a.problem, "message": a.message, "replacement": a.replacement} for a in o.api],
     }
 
 
@@ -383,6 +422,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "revision": _revision_json(report.revision),
         "base": _revision_json(report.base),
         "fieldManager": report.field_manager,
+        "kubernetesVersion": report.kubernetes_version,
         "summary": {
             **report.totals(),
             "clusters": len(report.clusters),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.model import AppHealth, ClusterResult, HealthState, Outcome
+from agent.model import ApiProblem, AppHealth, ClusterResult, HealthState, Outcome
 
 
 def _status(r: ClusterResult) -> str:
@@ -67,6 +67,9 @@ def format_summary(
                 lines.append(f"  {where}: {res.key}: skipped: {res.message}")
         for c in r.conflicts:
             lines.append(f"  {where}: conflict: {c}")
+        for f in r.api_findings:
+            if f.problem is not ApiProblem.NOT_SERVED:  # those are failed objects, listed above
+                lines.append(f"  {where}: {f.key}: {f.problem.value}: {f.message}")
         h = health.get((r.cluster, r.app or r.cluster))
         if h is not None and h.state is not HealthState.CURRENT:
             lines.append(f"  {where}: health {h.health.describe()}")

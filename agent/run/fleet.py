@@ -285,7 +285,7 @@ class Fleet:
             slot = self._slots.get(name)
             results = self._failed(slot, apps, revisions, internal) if slot else []
         for result in results:
-            if self.emit_events and not dry_run and events.reportable(result):
+            if self.emit_events and not dry_run and (events.reportable(result) or events.api_notes(result)):
                 try:
                     events.emit(
                         reconciler.client,
@@ -332,6 +332,15 @@ class Fleet:
                 revision=result.revision[:12],
                 object=str(r.key),
                 detail=events.message_for(r),
+            )
+        for f in events.api_notes(result):
+            log.warning(
+                "api version " + f.problem.value,
+                cluster=result.cluster,
+                app=app,
+                revision=result.revision[:12],
+                object=str(f.key),
+                detail=f.message if f.key.kind != "Secret" else f.api_version,
             )
         log.info(
             "pass finished",

@@ -63,6 +63,21 @@ class AppStatus:
             "refused": r.refused.value if r and r.refused else None,
             "waiting_on": list(r.waiting_on) if r else [],
             "conflicts": [str(c) for c in r.conflicts] if r else [],
+            # apiVersions the cluster does not serve (those objects failed), deprecated ones,
+            # those the cluster's target release removes, the server's warnings.
+            "api": [
+                {
+                    "object": str(f.key),
+                    "apiVersion": f.api_version,
+                    "problem": f.problem.value,
+                    "message": f.message,
+                    "replacement": f.replacement,
+                    "file": f.file,
+                }
+                for f in r.api_findings
+            ]
+            if r
+            else [],
             "applied": r.applied if r else 0,
             "pruned": r.count(Outcome.PRUNED) if r else 0,
             "failed_objects": r.failed if r else 0,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import tomllib
 from collections.abc import Callable, Iterator
@@ -51,7 +52,6 @@ Doc = dict[str, Any]
 @pytest.fixture(scope="module")
 def archive() -> Path:
     """The image archive: ``scripts/build-image`` (cached; a cold build takes minutes)."""
-    podkit.runc()
     out = subprocess.run(
         [str(ROOT / "scripts" / "build-image")], capture_output=True, text=True, timeout=1700, check=False
     )
@@ -61,8 +61,14 @@ def archive() -> Path:
 
 
 @pytest.fixture(scope="module")
-def image(archive: Path, tmp_path_factory: pytest.TempPathFactory) -> podkit.Image:
-    return podkit.unpack(archive, tmp_path_factory.mktemp("image"))
+def image(archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[podkit.Image]:
+    """The image unpacked once for the module's pods (read-only to them), removed afterwards."""
+    podkit.runc()  # scripts/build-image installed it
+    where = tmp_path_factory.mktemp("image")
+    try:
+        yield podkit.unpack(archive, where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)  # ~460 MiB: not kept with the test's other files
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ and ``docker load`` read it). Two caches under ``$GITOPS_AGENT_CACHE/image`` kee
 the Debian root filesystem (``base-<key>.tar``, keyed by the mmdebstrap command: minutes to
 make, downloads every package) and the image (``<key>/``, keyed by every input: the recipe, the
 lock, the agent's sources, the tool binaries and this file). A second run with the same inputs
-does nothing. Needs root (mmdebstrap in root mode, chroot).
+does nothing; the newest ``KEEP`` of each stay, so checkouts sharing the cache do not delete
+each other's. Needs root (mmdebstrap in root mode, chroot in a private mount namespace).
 
     build.py [--rebuild]   build (or find) the image; prints the archive's path
     build.py --lock        re-pin tools/image/requirements.txt from pyproject.toml
@@ -47,6 +48,8 @@ SOURCES = ("pyproject.toml", "README.md", "agent")
 #: Debian's name of this machine's architecture, and the wheels' (a native build only).
 ARCHES = {"x86_64": ("amd64", "x86_64"), "aarch64": ("arm64", "aarch64")}
 GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+#: How many images (and base root filesystems) the cache keeps: ~125 MiB (~190 MiB) each.
+KEEP = 3
 CHROOT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 
 
@@ -189,6 +192,7 @@ def base_argv(recipe: Recipe, out: Path) -> list[str]:
     return [
         "mmdebstrap",
         "--mode=root",
+        "--format=tar",
         f"--variant={recipe.variant}",
         f"--architectures={debian_arch}",
         "--include=" + ",".join(recipe.apt_packages),
@@ -231,11 +235,13 @@ def ensure_base(recipe: Recipe, cache: Path) -> Path:
         if shutil.which("mmdebstrap") is None:
             raise BuildError("mmdebstrap not found (scripts/build-image installs it with apt-get)")
         start = time.monotonic()
-        partial = cache / f"base-{key}.partial.tar"
+        partial = cache / f"base-{key}.partial"
+        partial.unlink(missing_ok=True)  # what a build that died left
         log(f"making the {recipe.suite} root filesystem with mmdebstrap ({', '.join(recipe.apt_packages)})")
         run(base_argv(recipe, partial), what="mmdebstrap")
         partial.rename(base)
-        for old in cache.glob("base-*.tar"):  # one base at a time: older ones are stale
+        bases = sorted(cache.glob("base-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in bases[KEEP:]:  # older ones are stale; the newest few stay, as for images
             if old != base:
                 old.unlink(missing_ok=True)
         log(f"base root filesystem made in {time.monotonic() - start:.0f}s ({base.stat().st_size >> 20} MiB)")
@@ -501,8 +507,11 @@ def build(cache: Path, *, rebuild: bool) -> Path:
             if dest.exists():
                 shutil.rmtree(dest)
             partial.rename(dest)
-        for old in cache.iterdir():  # one image at a time: older keys are stale builds
-            if old.is_dir() and old != dest and len(old.name) == 16 and not old.name.startswith("."):
+        # Older keys are stale builds; the newest few stay, as another checkout may be using one.
+        images = [p for p in cache.iterdir() if p.is_dir() and len(p.name) == 16 and (p / ARCHIVE).is_file()]
+        images.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in images[KEEP:]:
+            if old != dest:
                 shutil.rmtree(old, ignore_errors=True)
     log(
         f"built {recipe.name}:{version()} in {time.monotonic() - start:.0f}s: {archive} "

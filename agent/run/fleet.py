@@ -323,9 +323,9 @@ class Fleet:
         self.metrics.app_state(result.cluster, app, failures=st.failures, suspended=suspended)
         nxt = slot.status.next_run
         self.metrics.next_run_at(result.cluster, nxt.timestamp() if nxt else None)
-        for r in events.reportable(result):  # one line per failed/pruned object, Secret-safe
+        for r in events.reportable(result):  # one line per failed/pruned/unread object, Secret-safe
             log.log(
-                30 if r.outcome is Outcome.FAILED else 20,
+                30 if (events.reason_of(r) or ("",))[0] == "Warning" else 20,
                 "object " + r.outcome.value,
                 cluster=result.cluster,
                 app=app,

@@ -8,6 +8,7 @@ timeout), so those tests take seconds; the daemon tests wait on ``/status`` for 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -99,19 +100,30 @@ def one_app(tmp_path: Path, cluster_pool: ClusterPool, files: dict[str, str], **
     return AppsAgent(cfg)
 
 
+@contextlib.contextmanager
+def applied(
+    tmp_path: Path, cluster_pool: ClusterPool, files: dict[str, str], **app: Any
+) -> Iterator[AppsAgent]:
+    """App ``web`` of ``files`` (its `[[apps]]` keys ``app``) after one successful pass; closed after."""
+    agent = one_app(tmp_path, cluster_pool, files, **app)
+    try:
+        assert agent.reconcile()["web"].ok
+        yield agent
+    finally:
+        agent.close()
+
+
 def test_a_bad_image_fails_the_app_at_the_timeout_naming_the_pod_and_its_waiting_reason(
     tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient
 ) -> None:
-    agent = one_app(
+    with applied(
         tmp_path,
         cluster_pool,
         {"web/all.yaml": NS.format(ns=ns) + "---\n" + deployment(ns, "web", image="nginx:does-not-exist")},
         wait=True,
         health_timeout="6s",
         health_debounce="1s",
-    )
-    try:
-        assert agent.reconcile()["web"].ok
+    ) as agent:
         t0 = reconciler(agent).follows.follows["web"].tracker.started
         first = step(agent, t0 + 0.1)["web"]
         assert first.state is HealthState.IN_PROGRESS and not first.done, first
@@ -126,23 +138,19 @@ def test_a_bad_image_fails_the_app_at_the_timeout_naming_the_pod_and_its_waiting
         assert end.health.cause is HealthCause.TIMEOUT
         assert f"Pod {pod}: ImagePullBackOff" in end.health.describe()
         assert agent.fleet.status["pool-a"].apps["web"].state is PassState.OK  # applied, degraded
-    finally:
-        agent.close()
 
 
 def test_an_hpa_scale_of_a_healthy_deployment_never_reads_failed(
     tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient
 ) -> None:
-    agent = one_app(
+    with applied(
         tmp_path,
         cluster_pool,
         {"web/all.yaml": NS.format(ns=ns) + "---\n" + deployment(ns, "web", replicas=2)},
         wait=True,
         health_timeout="60s",
         health_debounce="1s",
-    )
-    try:
-        assert agent.reconcile()["web"].ok
+    ) as agent:
         roll_out(admin, ns, "web")
         t0 = time.monotonic()
         assert step(agent, t0)["web"].state is HealthState.CURRENT
@@ -163,8 +171,6 @@ def test_an_hpa_scale_of_a_healthy_deployment_never_reads_failed(
         assert states[-1] is HealthState.CURRENT
         live = admin.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/web")
         assert live["spec"]["replicas"] == 4
-    finally:
-        agent.close()
 
 
 WIDGETS = """apiVersion: apiextensions.k8s.io/v1
@@ -235,16 +241,14 @@ def stalled(value: str, generation: int = 1) -> dict[str, Any]:
 def test_a_stalled_flap_shorter_than_the_debounce_is_no_failure_a_longer_one_is(
     tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient, widgets: str
 ) -> None:
-    agent = one_app(
+    with applied(
         tmp_path,
         cluster_pool,
         {"web/all.yaml": NS.format(ns=ns) + "---\n" + widget(ns, widgets)},
         wait=True,
         health_timeout="60s",
         health_debounce="3s",
-    )
-    try:
-        assert agent.reconcile()["web"].ok
+    ) as agent:
         t0 = time.monotonic()
         set_status(admin, ns, widgets, stalled("True"))
         flap = step(agent, t0)["web"]
@@ -259,23 +263,19 @@ def test_a_stalled_flap_shorter_than_the_debounce_is_no_failure_a_longer_one_is(
         held = step(agent, t0 + 13.5)["web"]
         assert held.state is HealthState.FAILED and held.done, held
         assert "no quota left" in held.health.describe()
-    finally:
-        agent.close()
 
 
 def test_ready_false_is_in_progress_never_failed(
     tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient, widgets: str
 ) -> None:
-    agent = one_app(
+    with applied(
         tmp_path,
         cluster_pool,
         {"web/all.yaml": NS.format(ns=ns) + "---\n" + widget(ns, widgets)},
         wait=True,
         health_timeout="60s",
         health_debounce="1s",
-    )
-    try:
-        assert agent.reconcile()["web"].ok
+    ) as agent:
         t0 = time.monotonic()
         ready_false = {
             "observedGeneration": 1,
@@ -284,8 +284,6 @@ def test_ready_false_is_in_progress_never_failed(
         set_status(admin, ns, widgets, ready_false)
         states = [step(agent, t0 + s)["web"].state for s in (0, 5, 20)]
         assert states == [HealthState.IN_PROGRESS] * 3
-    finally:
-        agent.close()
 
 
 def test_a_cel_check_decides_a_custom_kind(
@@ -326,22 +324,18 @@ def test_a_cel_check_decides_a_custom_kind(
 def test_a_wait_entry_the_app_does_not_apply_is_named_and_fails_at_the_timeout(
     tmp_path: Path, cluster_pool: ClusterPool, ns: str
 ) -> None:
-    agent = one_app(
+    with applied(
         tmp_path,
         cluster_pool,
         {"web/all.yaml": NS.format(ns=ns) + "---\n" + configmap(ns, "settings")},
         wait=["ConfigMap/settings", "Deployment/webb"],
         health_timeout="5s",
         health_debounce="1s",
-    )
-    try:
-        assert agent.reconcile()["web"].ok
+    ) as agent:
         t0 = reconciler(agent).follows.follows["web"].tracker.started
         end = step(agent, t0 + 6)["web"]
         assert end.state is HealthState.FAILED and end.objects == 2 and end.current == 1, end
         assert "Deployment/webb" in end.health.message and "did not apply" in end.health.message
-    finally:
-        agent.close()
 
 
 # -- the daemon: two apps on one cluster, a new commit, dependencies ----------------------------
@@ -507,19 +501,15 @@ def test_an_object_annotated_out_of_health_is_not_waited_for(
         "  namespace: " + ns + "\n  annotations: {gitops-agent.io/health: ignore}\n",
         1,
     )
-    agent = one_app(
+    with applied(
         tmp_path,
         cluster_pool,
         {"web/all.yaml": NS.format(ns=ns) + "---\n" + configmap(ns, "settings") + "---\n" + ignored},
         wait=True,
         health_timeout="60s",
-    )
-    try:
-        assert agent.reconcile()["web"].ok
+    ) as agent:
         h = step(agent, time.monotonic())["web"]
         assert h.state is HealthState.CURRENT and h.done and h.objects == 2, h  # Namespace, ConfigMap
-    finally:
-        agent.close()
 
 
 def test_a_step_costs_one_list_per_kind_and_one_per_child_kind_per_namespace_of_waiting_workloads(

@@ -192,6 +192,15 @@ class ClusterSettings:
     health_timeout: float = 300.0
     #: Seconds a Failed health must hold before it counts (shorter flaps read InProgress).
     health_debounce: float = 30.0
+    #: "namespace/name" of the ServiceAccount every request for the app is made as (impersonated);
+    #: "" for the agent's own identity.
+    service_account: str = ""
+    #: Globs of the namespaces the app's namespaced objects may be in.
+    allowed_namespaces: tuple[str, ...] = ("*",)
+    #: Globs of the kinds the app may declare, spelled ``Kind`` or ``Kind.group`` (``Deployment.apps``).
+    allowed_kinds: tuple[str, ...] = ("*",)
+    #: Whether the app may declare cluster-scoped objects (Namespaces, ClusterRoles, CRDs, ...).
+    allow_cluster_scoped: bool = True
 
 
 @dataclass(frozen=True)
@@ -257,6 +266,10 @@ APP_SETTING_KEYS = frozenset(
         "wait",
         "health_timeout",
         "health_debounce",
+        "service_account",
+        "allowed_namespaces",
+        "allowed_kinds",
+        "allow_cluster_scoped",
     }
 )
 

@@ -15,12 +15,24 @@ from agent.apply.inventory import InventoryStore, applyset_id, parent_name
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
-from agent.model import PART_OF, DesiredObject, DesiredSet, ObjectKey, Refusal, Revision, split_api_version
+from agent.model import (
+    PART_OF,
+    Change,
+    DesiredObject,
+    DesiredSet,
+    ObjectKey,
+    Refusal,
+    Revision,
+    ScopeViolation,
+    split_api_version,
+)
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
+from agent.plan.scope import Scope
+from agent.reconcile import preflight
 from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
-from agent.reconcile.live import Inspect, LiveState, crd_scopes, read_live
+from agent.reconcile.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
 from agent.render.renderer import RenderCache, RenderSpec
 
 ClientFactory = Callable[[ClusterConfig], KubeClient]
@@ -78,12 +90,33 @@ class ClusterStages:
         self._schema_loaded: set[tuple[str, str]] = set()
         #: Bumped whenever a schema document is added: plans made before may differ after.
         self._schema_generation = 0
+        #: Identity ("": the agent's own) → kinds it may list only per namespace (a cluster-wide
+        #: LIST was refused once): listed per namespace straight away in later passes.
+        self._namespaced_lists: dict[str, set[GroupKind]] = {}
 
     @property
     def client(self) -> KubeClient:
         if self._client is None:
             self._client = self._client_factory(self.cluster)
         return self._client
+
+    def client_for(self, app: AppConfig | None) -> KubeClient:
+        """The client ``app``'s requests go through: acting as its ServiceAccount, if it names one.
+
+        Inventories, Events, discovery and OpenAPI stay on ``client``: the agent's own identity.
+        """
+        return self.client.impersonating(app.settings.service_account if app else "")
+
+    def scope_of(self, app: AppConfig | None) -> Scope | None:
+        """``app``'s scope (None: the cluster entry's own app outside a pass, unrestricted)."""
+        return Scope.of(app, self.config.agent.namespace) if app is not None else None
+
+    def scope_violations(
+        self, app: AppConfig | None, desired: list[DesiredObject]
+    ) -> tuple[ScopeViolation, ...]:
+        """What of the prepared ``desired`` lies outside ``app``'s scope (before any request for it)."""
+        scope = self.scope_of(app)
+        return scope.violations(desired, app.name) if scope is not None and app is not None else ()
 
     def close(self) -> None:
         if self._client is not None:
@@ -127,6 +160,31 @@ class ClusterStages:
             agent, name = self.config.agent, self.cluster.name
             message = shared_message(name, others, uid, agent=agent.name, namespace=agent.namespace)
             raise ClusterRefused(name, Refusal.SHARED_CLUSTER, message)
+
+    def preflight(
+        self,
+        app: AppConfig,
+        changes: Iterable[Change],
+        decision: prune_stage.PruneDecision,
+        unread: Iterable[ObjectKey],
+    ) -> None:
+        """What ``app``'s pass needs of its ServiceAccount, asked of the server before anything is
+        written (``preflight.check``: raises ``AccessDenied`` naming every missing rule)."""
+        disc = self.client.discovery()
+        wanted = preflight.needs(
+            changes,
+            delete=[c.key for c in decision.delete],
+            orphan=[c.key for c in decision.orphan],
+            unread=unread,
+            resolve=lambda k: disc.find_group_kind(k.group, k.kind),
+        )
+        preflight.check(
+            self.client,
+            app.settings.service_account,
+            wanted,
+            app=app.name,
+            concurrency=self.cluster.settings.concurrency,
+        )
 
     # -- stages ---------------------------------------------------------------
 
@@ -185,15 +243,18 @@ class ClusterStages:
         *,
         inspect: Inspect | None = None,
         keep: Callable[[ObjectKey], bool] | None = None,
+        app: AppConfig | None = None,
     ) -> LiveState:
-        """``live.read_live`` on this cluster's client and pool size."""
+        """``live.read_live`` on this cluster's pool size, as ``app``'s identity (``client_for``)."""
+        identity = app.settings.service_account if app else ""
         return read_live(
-            self.client,
+            self.client_for(app),
             keys,
             crd_scopes(desired),
             concurrency=self.cluster.settings.concurrency,
             inspect=inspect,
             keep=keep,
+            namespaced=self._namespaced_lists.setdefault(identity, set()),
         )
 
     def load_schema(self, objs: Iterable[DesiredObject]) -> None:
@@ -267,4 +328,5 @@ class ClusterStages:
             propagation=s.propagation_policy,
             dry_run=dry_run,
             app=None if app is None or app.implicit else app.name,
+            scope=self.scope_of(app),
         )

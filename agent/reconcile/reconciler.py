@@ -173,7 +173,6 @@ class ClusterReconciler(ClusterStages):
         old = self._read_parents(runs, dry_run=dry_run)
         for run in runs.values():
             self._prepare(run)
-            self._check_scope(run)
         order = [runs[a.name] for a in dependency_order(self.apps)]
         if not any(r.active for r in order):
             return
@@ -275,7 +274,9 @@ class ClusterReconciler(ClusterStages):
             run.desired = self.prepare(
                 run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
             )
-            self.load_schema(run.desired)
+            self._check_scope(run)
+            if run.desired is not None:
+                self.load_schema(run.desired)
         except RenderError as e:
             run.desired = None
             if run.due and not run.finished:

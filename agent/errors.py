@@ -10,6 +10,8 @@
     │   └── ApiError                one API request answered with an error status (and its Status details),
     │                               or not answered at all (status 0, ``transport`` says why)
     ├── ClusterRefused              the whole cluster left alone: another entry shares its inventory
+    ├── ScopeError                  an app declares objects outside its scope: fails like a render
+    ├── AccessDenied                an app's preflight: its ServiceAccount is missing or lacks a rule
     └── LocalClusterError           the local control plane (tests, demo, benchmarks) failed to start
 
 Per-object failures and prune refusals are *results* (``model.ApplyResult``,
@@ -25,7 +27,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from agent.model import DecryptFault, Failure, FailureReason, Refusal
+from agent.model import AccessProblem, DecryptFault, Failure, FailureReason, Refusal, ScopeViolation
 
 
 class AgentError(Exception):
@@ -292,6 +294,46 @@ class ClusterRefused(AgentError):
 
     def failure(self) -> Failure:
         return Failure.refused(self.reason, str(self))
+
+
+class ScopeError(AgentError):
+    """An app declares objects outside its allowed scope: nothing is applied or pruned for it.
+
+    Raised before any request is made for the app; every violation is named with its object,
+    file and rule (``ScopeViolation``).
+    """
+
+    failure_reason = FailureReason.SCOPE
+
+    def __init__(self, violations: tuple[ScopeViolation, ...], *, cluster: str, app: str) -> None:
+        self.violations = violations
+        self.cluster = cluster
+        self.app = app
+        head = (
+            f"app {app!r} on cluster {cluster!r} declares {len(violations)} object(s) outside its scope;"
+            " nothing applied or pruned for it"
+        )
+        super().__init__(head + ":\n" + "\n".join(f"  {v.message}" for v in violations))
+
+    def failure(self) -> Failure:
+        return Failure(self.failure_reason, str(self), scope=self.violations[0].rule)
+
+
+class AccessDenied(AgentError):
+    """An app's preflight failed: its ServiceAccount is missing, not impersonable, or lacks a rule.
+
+    Retryable: RBAC or the account may be fixed before the next pass.
+    """
+
+    failure_reason = FailureReason.ACCESS
+    retryable = True
+
+    def __init__(self, problem: AccessProblem, message: str) -> None:
+        self.problem = problem
+        super().__init__(message)
+
+    def failure(self) -> Failure:
+        return Failure(self.failure_reason, str(self), access=self.problem)
 
 
 class LocalClusterError(AgentError):

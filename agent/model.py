@@ -308,6 +308,8 @@ class Note(enum.StrEnum):
     DELETE_REFUSED = "delete-refused"
     #: Failed before anything was sent: the cluster does not serve the object's apiVersion/kind.
     API_NOT_SERVED = "api-not-served"
+    #: Kept: it left Git but lies outside the app's scope, so this app never deletes it.
+    OUT_OF_SCOPE = "out-of-scope"
 
 
 class ApiProblem(enum.StrEnum):
@@ -402,6 +404,10 @@ class FailureReason(enum.StrEnum):
     FENCED = "fenced"
     #: The pass would not touch the cluster: see ``Refusal``.
     REFUSED = "refused"
+    #: The app declares an object outside its allowed scope: see ``ScopeRule`` (fails like a render).
+    SCOPE = "scope"
+    #: The preflight found the app's identity missing or short of a permission: see ``AccessProblem``.
+    ACCESS = "access"
     #: The pass ran, but some objects failed (each one alone, docs/safety.md rule 6).
     OBJECTS = "objects"
     #: Any other API error that ended the pass.
@@ -436,10 +442,48 @@ class Failure:
     state: PassState = PassState.FAILED
     #: Which refusal, for state ``refused``.
     refusal: Refusal | None = None
+    #: Which scope rule an object broke, for reason ``scope``.
+    scope: ScopeRule | None = None
+    #: What the preflight found, for reason ``access``.
+    access: AccessProblem | None = None
 
     @classmethod
     def refused(cls, refusal: Refusal, message: str) -> Failure:
         return cls(FailureReason.REFUSED, message, PassState.REFUSED, refusal)
+
+
+class ScopeRule(enum.StrEnum):
+    """Which rule of an app's scope an object it declares (or would prune) breaks."""
+
+    #: Its namespace matches none of ``allowed_namespaces``.
+    NAMESPACE = "namespace"
+    #: Its kind matches none of ``allowed_kinds``.
+    KIND = "kind"
+    #: It is cluster-scoped and ``allow_cluster_scoped`` is false.
+    CLUSTER_SCOPED = "cluster-scoped"
+    #: It is in the agent's own namespace (inventories, approvals, suspension, Leases, Events),
+    #: which an app acting as its own ServiceAccount never writes, whatever its scope says.
+    AGENT_NAMESPACE = "agent-namespace"
+
+
+@dataclass(frozen=True)
+class ScopeViolation:
+    """One object outside an app's scope: ``rule`` for machines, ``message`` naming object and rule."""
+
+    key: ObjectKey
+    rule: ScopeRule
+    message: str
+
+
+class AccessProblem(enum.StrEnum):
+    """What the preflight of an app acting as a ServiceAccount found (before anything is written)."""
+
+    #: The ServiceAccount does not exist (every request as it would be a bare 403).
+    MISSING_ACCOUNT = "missing-account"
+    #: The agent itself may not impersonate the ServiceAccount.
+    IMPERSONATION_DENIED = "impersonation-denied"
+    #: The ServiceAccount lacks a (verb, resource, namespace) the app's apply or prune set needs.
+    RULE_MISSING = "rule-missing"
 
 
 class PruneReason(enum.StrEnum):

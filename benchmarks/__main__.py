@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         if cmd in ("apps", "all"):
             results["apps"] = bench_apps.run(root, args.apps, args.objects_per_app, reps=args.reps)
             print(bench_apps.format_line(results["apps"]), flush=True)
+            results["tenants"] = bench_apps.run_tenants(root, reps=args.reps)
+            print(bench_apps.format_tenants_line(results["tenants"]), flush=True)
         if cmd in ("health", "all"):
             results["health"] = bench_health.run(
                 root, args.health_apps, args.deployments_per_app, reps=args.reps

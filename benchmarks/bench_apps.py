@@ -10,6 +10,11 @@ labelled LIST for every app's ApplySet parent, so a steady pass costs the same r
 the objects are one app or a hundred (docs/architecture.md, "Apps"). The target is the one of the
 other steady-state rows, per cluster pass: requests ≤ kinds + 5. There is no peer: kubectl has no
 apps; the figure is the request count itself, with the pass's wall time and CPU beside it.
+
+``run_tenants`` is its multi-tenant row (docs/tenancy.md): apps acting as namespace-bound
+ServiceAccounts, installed with the shipped ``manifests/multi-tenant`` RBAC, the agent running on
+its own ServiceAccount's token. Reads are shared by the apps of one account: target
+kinds x identities + 5.
 """
 
 from __future__ import annotations
@@ -114,4 +119,155 @@ def format_line(result: dict[str, Any]) -> str:
         f"{a['seconds']:.3f}s, requests per pass {row['requests_per_pass']} "
         f"({' '.join(f'{v}={k}' for v, k in a['requests']['by_verb'].items())}) "
         f"cpu {a['cpu']['server']:.2f}+{a['cpu']['client']:.2f}s  {status}"
+    )
+
+
+# -- tenants: apps acting as namespace-bound ServiceAccounts (docs/tenancy.md) -----------------
+
+#: The namespaced kinds a tenant's apps declare (no CRD, nothing cluster-scoped: out of scope).
+TENANT_KINDS = (w.configmap, w.secret, w.service_account, w.service, w.deployment, w.cron_job, w.pdb)
+VARIANT = Path(__file__).resolve().parent.parent / "manifests" / "multi-tenant"
+
+
+def tenant_names(tenants: int) -> list[str]:
+    return [f"tenant-{t:02d}" for t in range(tenants)]
+
+
+def write_tenants(tenants: int, apps_per_tenant: int, per_app: int, directory: Path) -> list[tuple[str, str]]:
+    """Each tenant's apps, each ``per_app`` objects cycling through ``TENANT_KINDS`` in the tenant's
+    namespace: ``(tenant, app)`` per app, in order."""
+    out = []
+    for tenant in tenant_names(tenants):
+        for a in range(apps_per_tenant):
+            app = f"{tenant}-app-{a:02d}"
+            items = [
+                w.Item(
+                    i, "10-objects.yaml", TENANT_KINDS[i % len(TENANT_KINDS)](f"{app}-{i:03d}", tenant, "1")
+                )
+                for i in range(per_app)
+            ]
+            w.write(items, directory / app)
+            out.append((tenant, app))
+    return out
+
+
+def _install_tenants(cluster: Any, tenants: list[str], scratch: Path) -> Path:
+    """The shipped multi-tenant RBAC (its tenant file once per tenant), as the cluster's admin;
+    the agent's ServiceAccount token, bound by nothing else."""
+    import subprocess
+
+    from agent.dev import localcluster
+    from agent.render.binaries import tool
+
+    built = subprocess.run(
+        [str(tool("kustomize")), "build", str(VARIANT)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    tenant_file = (VARIANT / "tenant-team-a.yaml").read_text()
+    text = "\n---\n".join([built, *(tenant_file.replace("team-a", t) for t in tenants)])
+    f = scratch / "multi-tenant.yaml"
+    f.write_text(text)
+    localcluster.kubectl(
+        cluster.kubeconfig, "apply", "--server-side", "--field-manager=installer", "-f", str(f)
+    )
+    return localcluster.token(cluster.name, cluster.state_dir, "gitops-agent/gitops-agent", cluster_role=None)
+
+
+def run_tenants(
+    root: Path, tenants: int = 4, apps_per_tenant: int = 5, per_app: int = 20, reps: int = 3
+) -> dict[str, Any]:
+    """``tenants`` namespace-bound ServiceAccounts, each acted as by ``apps_per_tenant`` apps: settle,
+    then ``reps`` counted steady passes. Apps sharing an account share its reads, so a steady pass
+    costs one LIST per kind and identity (in the account's namespace) plus the inventories' one
+    LIST: the target is kinds x identities + a handful."""
+    if tenants < 1 or apps_per_tenant < 1 or per_app < 1:
+        raise ValueError("tenants, apps per tenant and objects per app must be at least 1")
+    h.quiet_logs()
+    files = root / f"files-tenants-{tenants}x{apps_per_tenant}x{per_app}"
+    apps = write_tenants(tenants, apps_per_tenant, per_app, files)
+    repo = root / f"repo-tenants-{tenants}.git"
+    h.commit_workload(repo, files, f"{tenants} tenants")
+    kinds = min(per_app, len(TENANT_KINDS))
+    n = len(apps) * per_app
+    limit = kinds * tenants + HANDFUL
+    out: dict[str, Any] = {
+        "tenants": tenants,
+        "apps": len(apps),
+        "objects_per_app": per_app,
+        "objects": n,
+        "kinds": kinds,
+    }
+    with h.ClusterSet(root / "state") as cs:
+        (cluster,) = cs.start(f"btenants-{tenants}")
+        scratch = root / "tenants-setup"
+        scratch.mkdir(exist_ok=True)
+        kubeconfig = _install_tenants(cluster, tenant_names(tenants), scratch)
+        lines = [
+            "[agent]",
+            'name = "bench"',
+            f'cache_dir = "{root / "cache-tenants"}"',
+            'listen = ""',
+            'log_level = "warning"',
+            "",
+            "[source]",
+            f'url = "{repo}"',
+            "",
+            "[defaults]",
+            'pass_deadline = "600s"',
+            "allow_cluster_scoped = false",
+            "",
+            "[[clusters]]",
+            f'name = "{cluster.name}"',
+            f'kubeconfig = "{kubeconfig}"',
+        ]
+        for tenant, app in apps:
+            lines += [
+                "",
+                "[[apps]]",
+                f'name = "{app}"',
+                f'cluster = "{cluster.name}"',
+                f'path = "workload/{app}"',
+                f'service_account = "{tenant}/gitops-tenant"',
+                f'allowed_namespaces = ["{tenant}"]',
+            ]
+        cfg = root / "tenants.toml"
+        cfg.write_text("\n".join(lines) + "\n")
+        agent = h.InProcessAgent(cfg)
+        try:
+            rev = agent.source.poll()
+            first = h.measure([cluster], lambda: agent.fleet.reconcile_all(rev))
+            passes = _settle(agent, n)
+            runs = [h.measure([cluster], lambda: agent.fleet.reconcile_all(rev)) for _ in range(reps)]
+        finally:
+            agent.close()
+    for m in runs:
+        if h.outcome_counts(m.value) != {"unchanged": n} or len(m.value) != len(apps):
+            raise RuntimeError(f"steady state of {len(apps)} tenant apps: {h.outcome_counts(m.value)}")
+    worst = max(m.requests.total for m in runs)
+    steady = sorted(runs, key=lambda m: m.seconds)[len(runs) // 2]
+    out["first_pass"] = {**first.to_json(), "outcomes": h.outcome_counts(first.value)}
+    out["settle_passes"] = passes
+    out["rows"] = [
+        {
+            "metric": f"steady state, {len(apps)} apps of {tenants} ServiceAccounts (impersonated)",
+            "agent": steady.to_json(),
+            "agent_runs": [round(m.seconds, 3) for m in runs],
+            "requests_per_pass": [m.requests.total for m in runs],
+            "by_resource": dict(sorted(steady.requests.by_resource.items())),
+            "target": f"requests per cluster pass <= {limit} (kinds x identities + {HANDFUL})",
+            "met": worst <= limit,
+        }
+    ]
+    return out
+
+
+def format_tenants_line(result: dict[str, Any]) -> str:
+    (row,) = result["rows"]
+    status = "target met" if row["met"] else "TARGET MISSED"
+    return (
+        f"tenants {result['tenants']} ({result['apps']} apps, {result['kinds']} kinds)  steady pass "
+        f"{row['agent']['seconds']:.3f}s, requests per pass {row['requests_per_pass']}  {status}"
     )

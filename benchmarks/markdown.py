@@ -187,6 +187,8 @@ def render(results: dict[str, Any]) -> str:
         lines.append("")
     if "apps" in results:
         lines += _apps(results["apps"])
+    if "tenants" in results:
+        lines += tenants_section(results["tenants"])
     if "health" in results:
         lines += _health(results["health"])
     lines += [
@@ -239,6 +241,30 @@ def _apps(apps: dict[str, Any]) -> list[str]:
         f"| first pass (creates) | {apps['objects']} ({apps['kinds']}) | {first['seconds']:.3f} s "
         f"| {_cpu(first, 'server')} | {_cpu(first, 'client')} | {_req(first['requests'])} | |",
         f"| {row['metric']} | {apps['objects']} ({apps['kinds']}) | {a['seconds']:.3f} s "
+        f"| {_cpu(a, 'server')} | {_cpu(a, 'client')} | {_req(a['requests'])} "
+        f"| {row['target']}: {_met(row)} |",
+        "",
+        f"Requests per steady pass, each run: {row['requests_per_pass']}; by resource (median run): "
+        f"{by_resource}.",
+        "",
+    ]
+
+
+def tenants_section(tenants: dict[str, Any]) -> list[str]:
+    """Benchmark 7, multi-tenant row: apps acting as namespace-bound ServiceAccounts."""
+    (row,) = tenants["rows"]
+    a = row["agent"]
+    by_resource = ", ".join(f"{k} {v}" for k, v in row["by_resource"].items())
+    return [
+        f"## Tenants ({tenants['apps']} apps of {tenants['tenants']} ServiceAccounts, steady state)",
+        "",
+        "The shipped `manifests/multi-tenant` RBAC, the agent on its own ServiceAccount's token; each "
+        "app acts as its tenant's namespace-bound account (impersonated), and the apps of one account "
+        "share its reads ([tenancy](tenancy.md)).",
+        "",
+        "| step | objects (kinds) | time | server CPU | client CPU | requests | target |",
+        "|---|---|---|---|---|---|---|",
+        f"| {row['metric']} | {tenants['objects']} ({tenants['kinds']}) | {a['seconds']:.3f} s "
         f"| {_cpu(a, 'server')} | {_cpu(a, 'client')} | {_req(a['requests'])} "
         f"| {row['target']}: {_met(row)} |",
         "",
@@ -305,7 +331,7 @@ def _targets(results: dict[str, Any]) -> list[str]:
         )
     for row in results.get("isolation", {}).get("rows", []):
         out.append(f"- {row['metric']}: {_met(row)} — x{row['time_ratio']} ({row['target']})")
-    for row in results.get("apps", {}).get("rows", []):
+    for row in [*results.get("apps", {}).get("rows", []), *results.get("tenants", {}).get("rows", [])]:
         out.append(
             f"- {row['metric']}: {_met(row)} — {row['target']}; "
             f"{max(row['requests_per_pass'])} requests at most"

@@ -219,3 +219,14 @@ def test_benchmarks_health_smoke_counts_a_waiting_step_as_kinds_plus_children_pe
     assert health["steps"]["5 min"] > health["steps"]["1 min"] >= 4
     md = next(tmp_path.glob("health-*.md")).read_text()
     assert "## Health (3 apps x 2 Deployments waiting on one cluster)" in md
+
+
+def test_benchmarks_tenants_smoke_apps_of_one_service_account_share_its_reads(tmp_path: Path) -> None:
+    """Apps acting as namespace-bound ServiceAccounts: a steady pass is one LIST per kind per
+    identity in its namespace, plus the inventories' one LIST (no refused cluster-wide LIST)."""
+    result = bench_apps.run_tenants(tmp_path, tenants=2, apps_per_tenant=2, per_app=8, reps=1)
+    (row,) = result["rows"]
+    kinds = result["kinds"]
+    assert row["met"], row
+    assert row["requests_per_pass"] == [kinds * 2 + 1], row["by_resource"]
+    assert all(k.startswith("LIST ") for k in row["by_resource"]), row["by_resource"]

@@ -51,6 +51,7 @@ NOT_SETTINGS = {
     "PlanOptions.handover_from",  # None: no other app's set; the pass knows its apps
     "PlanOptions.protected",  # likewise
     "PruneOptions.app",  # None: the cluster entry's own app
+    "PruneOptions.scope",  # None: unrestricted (the pass gives each app its own)
     "LeaseSettings.enabled",  # decided by ``lease_settings`` from ``leases`` and where the agent runs
     "LeaseSettings.in_cluster",  # likewise
     "DaemonOptions.leases",  # None: decided from the config

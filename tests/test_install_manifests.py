@@ -42,7 +42,12 @@ from tests.waiting import wait_for
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 CONFIG = MANIFESTS / "base" / "config.toml"
-VARIANTS = {"default": MANIFESTS, "namespaced": MANIFESTS / "namespaced", "ha": MANIFESTS / "ha"}
+VARIANTS = {
+    "default": MANIFESTS,
+    "namespaced": MANIFESTS / "namespaced",
+    "ha": MANIFESTS / "ha",
+    "multi-tenant": MANIFESTS / "multi-tenant",
+}
 AGENT_NS = "gitops-agent"
 SERVICE_ACCOUNT = f"{AGENT_NS}/gitops-agent"
 SA_USER = f"system:serviceaccount:{AGENT_NS}:gitops-agent"
@@ -103,7 +108,8 @@ def bound_rules(docs: list[Doc], namespace: str) -> list[Doc]:
 def test_every_variant_is_a_complete_hardened_install(variant: str) -> None:
     docs = build(VARIANTS[variant])
     assert AGENT_NS in {n["metadata"]["name"] for n in of_kind(docs, "Namespace")}
-    assert one(docs, "ServiceAccount")["metadata"]["namespace"] == AGENT_NS
+    agent_sa = [s for s in of_kind(docs, "ServiceAccount") if s["metadata"]["name"] == "gitops-agent"]
+    assert [s["metadata"]["namespace"] for s in agent_sa] == [AGENT_NS]
     assert not of_kind(docs, "Secret"), "credentials are referenced, never inlined"
     dep = one(docs, "Deployment")
     pod = dep["spec"]["template"]["spec"]
@@ -194,6 +200,28 @@ def test_namespaced_variant_has_no_cluster_wide_rights() -> None:
     )
 
 
+def test_multi_tenant_variant_gives_the_agent_no_write_outside_its_namespace() -> None:
+    docs = build(VARIANTS["multi-tenant"])
+    agent = {"kind": "ServiceAccount", "name": "gitops-agent", "namespace": AGENT_NS}
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in docs}
+    for b in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        if agent not in b["subjects"]:
+            continue
+        where = b["metadata"].get("namespace", "")
+        ref = b["roleRef"]
+        role = roles[(ref["kind"], where if ref["kind"] == "Role" else "", ref["name"])]
+        for rule in role["rules"]:
+            verbs = set(rule["verbs"])
+            if where == AGENT_NS:
+                continue  # its inventories, Leases, Events
+            assert verbs <= {"get", "impersonate"}, (b["metadata"], rule)
+            if "impersonate" in verbs:
+                # Only a tenant's named account, and only through a binding in that namespace.
+                assert where and rule["resources"] == ["serviceaccounts"] and rule.get("resourceNames"), rule
+            if b["kind"] == "ClusterRoleBinding":
+                assert rule.get("resourceNames") or rule.get("nonResourceURLs"), rule
+
+
 # -- on a real API server -------------------------------------------------------
 
 
@@ -224,12 +252,14 @@ def test_manifests_are_accepted_by_server_side_apply(tmp_path: Path, fresh_clust
     dep = get(c.kubeconfig, "deployment", "gitops-agent", "-n", AGENT_NS)
     assert dep["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/healthz"
     # The variants too: ha as a server-side dry run (the checks run, nothing is stored);
-    # namespaced for real, since its Roles live in a namespace it creates.
+    # namespaced and multi-tenant for real, since their Roles live in namespaces they create.
     out = apply_file(c.kubeconfig, tmp_path, build_text(VARIANTS["ha"]), "--dry-run=server")
     assert out.count("serverside-applied") == len(build(VARIANTS["ha"])), out
     out = apply_file(c.kubeconfig, tmp_path, build_text(VARIANTS["namespaced"]))
     assert out.count("serverside-applied") == len(build(VARIANTS["namespaced"])), out
     assert exists(c.kubeconfig, "rolebinding", "gitops-agent", "-n", "team-apps")
+    out = apply_file(c.kubeconfig, tmp_path, build_text(VARIANTS["multi-tenant"]))
+    assert out.count("serverside-applied") == len(build(VARIANTS["multi-tenant"])), out
     # Applying again changes nothing and is accepted.
     apply_file(c.kubeconfig, tmp_path, build_text(MANIFESTS))
 

@@ -12,7 +12,9 @@ entry, its kind was listed completely in this pass, and it is absent from a
 desired set that rendered without error. Everything else prunes nothing:
 a failed or partial listing, an empty render without ``allow_empty``
 (docs/safety.md rule 2), a set beyond the mass-deletion brake without the approval of
-that exact set's digest (docs/safety.md rule 3). ``gitops-agent.io/prune: disabled``
+that exact set's digest (docs/safety.md rule 3), a member outside the app's scope
+(``plan.scope``: an app never prunes outside it, whatever its inventory says).
+``gitops-agent.io/prune: disabled``
 orphans instead of deleting, without changing the object's content
 (docs/safety.md rule 9).
 """
@@ -43,6 +45,7 @@ from agent.model import (
     PruneRefusal,
     phase_of,
 )
+from agent.plan.scope import Scope
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class PruneOptions:
     dry_run: bool = False
     #: The app whose inventory this is, named in the brake's approval command (None: the cluster's own).
     app: str | None = None
+    #: The app's scope: a member outside it is kept, never deleted (None: unrestricted).
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class PruneDecision:
     kept: dict[ObjectKey, str] = field(default_factory=dict)
     #: Gone already (or no longer ours): dropped from the inventory.
     gone: set[ObjectKey] = field(default_factory=set)
+    #: Kept because they lie outside the app's scope (also in ``kept``, with the rule named).
+    out_of_scope: set[ObjectKey] = field(default_factory=set)
     #: A refusal of every deletion in this pass (its message in users' words).
     refusal: PruneRefusal | None = None
     digest: str = ""
@@ -151,6 +158,11 @@ def decide(
         d.kept = {k: d.refusal.message for k in leaving}
         return d
     for key in leaving:
+        outside = options.scope.violation(key) if options.scope is not None else None
+        if outside is not None:
+            d.kept[key] = f"outside the app's scope ({outside[1]}): this app never deletes it"
+            d.out_of_scope.add(key)
+            continue
         if (key.group, key.kind) not in listed_complete:
             d.kept[key] = "its kind was not listed in this pass"
             continue
@@ -205,7 +217,8 @@ def execute(client: KubeClient, decision: PruneDecision, options: PruneOptions) 
     for c in sorted(decision.delete, key=lambda c: (-phase_of(c.key), c.key)):
         results.append(_delete(client, c, options))
     for key, why in sorted(decision.kept.items()):
-        results.append(ApplyResult(key, Outcome.PRUNE_SKIPPED, message=why))
+        note = Note.OUT_OF_SCOPE if key in decision.out_of_scope else None
+        results.append(ApplyResult(key, Outcome.PRUNE_SKIPPED, message=why, note=note))
     return results
 
 

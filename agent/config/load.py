@@ -156,7 +156,32 @@ def _settings(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterS
             except ValueError as e:
                 raise r.error("kubernetes_version", str(e)) from None
         values["kubernetes_version"] = v
+    values.update(_tenancy(r))
     return replace(s, **values)
+
+
+_SERVICE_ACCOUNT = re.compile(
+    r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$"
+)
+
+
+def _tenancy(r: TableReader) -> dict[str, Any]:
+    """``service_account`` and the scope keys (``allowed_namespaces``, ``allowed_kinds``,
+    ``allow_cluster_scoped``) where the table sets them."""
+    values: dict[str, Any] = {}
+    if (sa := r.get("service_account", str)) is not None:
+        if sa and not _SERVICE_ACCOUNT.match(sa):
+            raise r.error("service_account", f'must be "namespace/name" of a ServiceAccount, got {sa!r}')
+        values["service_account"] = sa
+    for name in ("allowed_namespaces", "allowed_kinds"):
+        if (globs := r.string_list(name)) is not None:
+            for i, glob in enumerate(globs):
+                if not glob.strip():
+                    raise r.error(f"{name}[{i}]", "must not be empty")
+            values[name] = globs
+    if (v := r.get("allow_cluster_scoped", bool)) is not None:
+        values["allow_cluster_scoped"] = v
+    return values
 
 
 _SETTING_KEYS = {f.name for f in fields(ClusterSettings)}

@@ -226,6 +226,15 @@ class ClusterSettings:
     #: The Kubernetes release the cluster is to be upgraded to ("1.36"; "": none): objects using
     #: versions it removes are reported by every pass and `diff`, live and offline.
     kubernetes_version: str = ""
+    #: "namespace/name" of the ServiceAccount every request for the app is made as (impersonated);
+    #: "" for the agent's own identity.
+    service_account: str = ""
+    #: Globs of the namespaces the app's namespaced objects may be in.
+    allowed_namespaces: tuple[str, ...] = ("*",)
+    #: Globs of the kinds the app may declare, spelled ``Kind`` or ``Kind.group`` (``Deployment.apps``).
+    allowed_kinds: tuple[str, ...] = ("*",)
+    #: Whether the app may declare cluster-scoped objects (Namespaces, ClusterRoles, CRDs, ...).
+    allow_cluster_scoped: bool = True
 
 
 @dataclass(frozen=True)
@@ -292,6 +301,10 @@ APP_SETTING_KEYS = frozenset(
         "health_timeout",
         "health_debounce",
         "decryption",
+        "service_account",
+        "allowed_namespaces",
+        "allowed_kinds",
+        "allow_cluster_scoped",
     }
 )
 

@@ -12,6 +12,10 @@ or broken cluster never borrows anything another needs (docs/safety.md rule 6).
 Failures become ``ApiError`` with the HTTP status and the server's ``Status``
 (reason, message, details), or status 0 and a ``Transport`` read from the
 exception's type when there was no answer.
+
+``KubeClient.impersonating`` is the same client acting as an app's ServiceAccount: its
+requests carry ``Impersonate-User`` (the server adds the account's groups), while the pool,
+credentials, write fence, discovery and OpenAPI stay the agent's own.
 """
 
 from __future__ import annotations
@@ -76,6 +80,13 @@ class RequestOptions(TypedDict, total=False):
     accept: str
     timeout: float | None
     warnings: list[str] | None
+    impersonate: str | None
+
+
+def service_account_user(service_account: str) -> str:
+    """``ns/name`` → ``system:serviceaccount:ns:name``, the user name the server gives a ServiceAccount."""
+    namespace, _, name = service_account.partition("/")
+    return f"system:serviceaccount:{namespace}:{name}"
 
 
 @dataclass(frozen=True)
@@ -247,15 +258,19 @@ class KubeClient:
         accept: str = "application/json",
         timeout: float | None = None,
         warnings: list[str] | None = None,
+        impersonate: str | None = None,
     ) -> bytes:
         """Send one request; returns the raw body of a 2xx answer or raises ``ApiError``.
 
         ``warnings``: the server's ``Warning`` headers of the answer are appended there
-        (deprecated API versions, unknown or duplicate fields).
+        (deprecated API versions, unknown or duplicate fields). ``impersonate``: the user name
+        to act as (``Impersonate-User``).
         """
         self.check_send(method)
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": accept, "Content-Type": content_type}
+        if impersonate:
+            headers["Impersonate-User"] = impersonate
         target = path
         refreshed = False
         attempt = 0
@@ -311,6 +326,10 @@ class KubeClient:
                 retry_after=retry_after,
                 details=status.details,
             )
+
+    def impersonating(self, service_account: str) -> KubeClient:
+        """This client acting as ``service_account`` (``ns/name``); itself for ""."""
+        return Impersonated(self, service_account) if service_account else self
 
     # -- discovery ------------------------------------------------------------
 
@@ -562,3 +581,75 @@ class KubeClient:
         uid = str((ns.get("metadata") or {}).get("uid") or "") or None
         self._cluster_uid = uid
         return uid
+
+
+class Impersonated(KubeClient):
+    """A ``KubeClient`` whose requests act as one ServiceAccount (an app's identity).
+
+    It shares everything else with the agent's client it was made from: connection pool,
+    credentials and their refresh, the write fence (``check_send``), discovery, OpenAPI and
+    the cluster's identity, which are the agent's own reads and never impersonated.
+    """
+
+    def __init__(self, base: KubeClient, service_account: str) -> None:  # no super(): nothing of its own
+        self.base = base
+        self.service_account = service_account
+        self.user = service_account_user(service_account)
+        self.name = base.name
+        self.connect_timeout = base.connect_timeout
+        self.request_timeout = base.request_timeout
+        self.requests = 0
+
+    @property
+    def api(self) -> k8s_client.ApiClient:  # type: ignore[override]  # always the base's current one
+        return self.base.api
+
+    def close(self) -> None:
+        """Nothing to close: the pool is the base client's."""
+
+    def refresh_credentials(self) -> bool:
+        return self.base.refresh_credentials()
+
+    def check_send(self, method: str) -> None:
+        self.base.check_send(method)
+
+    def impersonating(self, service_account: str) -> KubeClient:
+        return self.base.impersonating(service_account)
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | None] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float | None = None,
+        warnings: list[str] | None = None,
+        impersonate: str | None = None,
+    ) -> bytes:
+        self.requests += 1
+        return self.base.request_bytes(
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            accept=accept,
+            timeout=timeout,
+            warnings=warnings,
+            impersonate=self.user,
+        )
+
+    def discovery(self, *, refresh: bool = False) -> Discovery:
+        return self.base.discovery(refresh=refresh)
+
+    def openapi_v3(self, group: str, version: str) -> Manifest:
+        return self.base.openapi_v3(group, version)
+
+    def server_version(self) -> str:
+        return self.base.server_version()
+
+    def cluster_uid(self, *, timeout: float | None = None) -> str | None:
+        return self.base.cluster_uid(timeout=timeout)

@@ -56,6 +56,11 @@ class AppRun:
         return self.app.name
 
     @property
+    def identity(self) -> str:
+        """Whom its requests act as: its ``service_account``, or "" for the agent's own identity."""
+        return self.app.settings.service_account
+
+    @property
     def known(self) -> bool:
         """Whether this pass knows what the app declares (rendered, not suspended, not refused)."""
         return self.desired is not None and not self.refused and not self.suspended
@@ -74,7 +79,8 @@ class Shared:
     holders: dict[str, tuple[str, str]]
     #: Apps whose declarations this pass knows.
     known: set[str]
-    live: LiveState | None = None
+    #: What each identity read ("": the agent's own; else an apps' ``service_account``).
+    lives: dict[str, LiveState] = field(default_factory=dict)
     #: Parent name → objects another app took over from it in this pass.
     released: dict[str, set[ObjectKey]] = field(default_factory=dict)
     declared: dict[ObjectKey, list[tuple[AppRun, DesiredObject]]] = field(default_factory=dict)
@@ -102,6 +108,10 @@ class Shared:
         each key, for each app, who declares it was a quarter of a 100-app pass.
         """
         return self._all_declared - self._sole.get(run.name, set())
+
+    def live_for(self, run: AppRun) -> LiveState:
+        """What ``run``'s identity read in this pass: its apps' listings, completeness and errors."""
+        return self.lives[run.identity]
 
     def release(self, parent: str, key: ObjectKey) -> None:
         """``key`` leaves ``parent``'s inventory when the pass settles (another app holds it now)."""

@@ -50,6 +50,8 @@ class Follow:
     keys: tuple[ObjectKey, ...]
     tracker: Tracker
     checks: Sequence[HealthCheck] = ()
+    #: The app's ``service_account``: health is read as it ("": as the agent).
+    service_account: str = ""
     #: ``wait`` entries the app did not apply: NotFound until the timeout fails them.
     missing: tuple[str, ...] = ()
     latest: AppHealth | None = None
@@ -107,6 +109,7 @@ class Follows:
                 tuple(keys),
                 tracker,
                 checks=app.health_checks,
+                service_account=app.settings.service_account,
                 missing=tuple(missing),
                 due=now,
             )

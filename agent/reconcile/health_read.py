@@ -2,8 +2,10 @@
 
 One step reads every followed object with one LIST per kind, selected by the app's membership
 label (what the app applied carries it), so a step costs as many requests as the app has kinds,
-whatever its size. Only workloads that are not Current cost more: per namespace holding any,
-one LIST per kind of their children (ReplicaSets, Pods) — by the workload's own selector when
+whatever its size (per namespace of the followed objects where RBAC is namespaced: an app
+acting as a namespace-bound ServiceAccount, whose reads are impersonated like its writes).
+Only workloads that are not Current cost more: per namespace holding any, one LIST per kind
+of their children (ReplicaSets, Pods) — by the workload's own selector when
 it is the only one there — so that the blocking Pod can be named. A kind whose LIST fails
 leaves its objects Unknown with the server's words: health is reported, never guessed.
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 from agent.config.health_checks import HealthCheck
 from agent.errors import ApiError
-from agent.kube.client import KubeClient
+from agent.kube.client import KubeClient, ResourceInfo
 from agent.model import PART_OF, Health, HealthState, Manifest, ObjectKey
 from agent.plan import health as assess_health
 from agent.plan.health import CHILD_KINDS, child_index
@@ -60,17 +62,18 @@ def read(
                     HealthState.UNKNOWN, f"the cluster does not serve {k.group_kind}", reason="NotServed"
                 )
             continue
-        try:
-            out.requests += 1
-            listed = client.list(info, label_selector=f"{PART_OF}={membership}")
-        except ApiError as e:
+        items, failed = _list_members(client, info, f"{PART_OF}={membership}", wanted, out)
+        if isinstance(failed, ApiError):
             for k in wanted:
-                out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {e}", reason="ReadFailed")
+                out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {failed}", reason="ReadFailed")
             continue
-        found = {key: item for item in listed.items if (key := ObjectKey.of(item)) in wanted}
+        found = {key: item for item in items if (key := ObjectKey.of(item)) in wanted}
         for k in wanted:
             obj = found.get(k)
-            if obj is None:
+            if isinstance(failed, dict) and k.namespace in failed:
+                why = failed[k.namespace]
+                out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {why}", reason="ReadFailed")
+            elif obj is None:
                 out.healths[k] = Health(HealthState.NOT_FOUND, "not in the cluster", reason="NotFound")
             elif assess_health.excluded(obj):
                 out.excluded.add(k)
@@ -83,6 +86,29 @@ def read(
         for k, obj in blocked.items():
             out.healths[k] = assess_health.assess(obj, children=children, checks=checks)
     return out
+
+
+def _list_members(
+    client: KubeClient, info: ResourceInfo, selector: str, wanted: set[ObjectKey], out: Reading
+) -> tuple[list[Manifest], ApiError | dict[str, ApiError] | None]:
+    """The labelled LIST of one kind: cluster-wide, or per namespace of ``wanted`` where RBAC is
+    namespaced (an app acting as a namespace-bound ServiceAccount). The error of the whole, or of
+    each namespace whose listing failed."""
+    try:
+        out.requests += 1
+        return list(client.list(info, label_selector=selector).items), None
+    except ApiError as e:
+        if e.status != 403 or not info.namespaced:
+            return [], e
+    items: list[Manifest] = []
+    failed: dict[str, ApiError] = {}
+    for namespace in sorted({k.namespace for k in wanted}):
+        try:
+            out.requests += 1
+            items.extend(client.list(info, namespace=namespace, label_selector=selector).items)
+        except ApiError as e:
+            failed[namespace] = e
+    return items, failed
 
 
 def _children(

@@ -68,8 +68,12 @@ def read_live(
     concurrency: int,
     inspect: Inspect | None = None,
     keep: Callable[[ObjectKey], bool] | None = None,
+    namespaced: set[GroupKind] | None = None,
 ) -> LiveState:
     """One LIST per kind (per namespace where RBAC is namespaced); completeness recorded.
+
+    ``namespaced``: kinds this identity may list only per namespace, kept across passes: listed
+    per namespace at once (no refused cluster-wide LIST first); a kind refused now is added.
 
     Every wanted object is kept whole unless ``keep`` says otherwise. A reconcile pass plans
     with ``inspect`` on the listing threads as items are decoded and keeps only prune
@@ -85,7 +89,7 @@ def read_live(
 
     def listing(gk: GroupKind) -> _Listed | ApiError:
         try:
-            return _list(client, gk, served[gk], wanted[gk], inspect, keep)
+            return _list(client, gk, served[gk], wanted[gk], inspect, keep, namespaced)
         except ApiError as e:
             return e
 
@@ -131,15 +135,19 @@ def _list(
     members: set[ObjectKey],
     inspect: Inspect | None,
     keep: Callable[[ObjectKey], bool] | None,
+    namespaced: set[GroupKind] | None = None,
 ) -> _Listed:
     """List one kind: the whole of it, or each wanted namespace when RBAC refuses the whole."""
     out = _Listed({}, {}, [], {})
-    try:
-        _scan(client, gk, info, None, members, inspect, keep, out)
-        return out
-    except ApiError as e:
-        if e.status != 403 or not info.namespaced:
-            raise
+    if namespaced is None or gk not in namespaced or not info.namespaced:
+        try:
+            _scan(client, gk, info, None, members, inspect, keep, out)
+            return out
+        except ApiError as e:
+            if e.status != 403 or not info.namespaced:
+                raise
+        if namespaced is not None:
+            namespaced.add(gk)
     # Namespaced RBAC: one LIST per namespace we care about; a refused namespace leaves only
     # its own objects unknown.
     for ns in sorted({k.namespace for k in members}):

@@ -27,7 +27,15 @@ from agent.apply import prune as prune_stage
 from agent.apply import ssa as apply_stage
 from agent.apply.inventory import Inventory, load_parents, parent_name, widen
 from agent.config.types import ClusterConfig, Config
-from agent.errors import AgentError, ApiError, ClusterError, ClusterRefused, RenderError, StatusCause
+from agent.errors import (
+    AgentError,
+    ApiError,
+    ClusterError,
+    ClusterRefused,
+    RenderError,
+    ScopeError,
+    StatusCause,
+)
 from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
@@ -278,12 +286,33 @@ class ClusterReconciler(ClusterStages):
             run.desired = self.prepare(
                 run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
             )
-            self.load_schema(run.desired)
+            self._check_scope(run)
+            if run.desired is not None:
+                self.load_schema(run.desired)
         except RenderError as e:
             run.desired = None
             if run.due and not run.finished:
                 run.result.failure = e.failure()
                 run.finished = True
+
+    def _check_scope(self, run: AppRun) -> None:
+        """An app declaring objects outside its scope fails closed, before any request for it.
+
+        Only what lies inside its scope stays declared in this pass, so an object declared
+        outside it never shields (nor hands over) another app's object.
+        """
+        if run.desired is None:
+            return
+        violations = self.scope_violations(run.app, run.desired)
+        if not violations:
+            return
+        outside = {v.key for v in violations}
+        run.desired = [o for o in run.desired if o.key not in outside]
+        if run.due and not run.finished:
+            e = ScopeError(violations, cluster=self.cluster.name, app=run.name)
+            run.result.failure = e.failure()
+            run.finished = True
+            log.error("app outside its scope; nothing applied or pruned", app=run.name, error=str(e))
 
     def _holders(
         self, runs: Mapping[str, AppRun], old: Mapping[str, tuple[str, Inventory]]
@@ -302,33 +331,53 @@ class ClusterReconciler(ClusterStages):
         return self._memos.setdefault(app, NoopMemo())
 
     def _read_and_plan(self, shared: Shared) -> dict[str, list[Verdict]]:
-        """One LIST per kind for every active app's objects and members; each object planned for
-        the app that manages it, on the listing threads as items are decoded."""
+        """Per identity (the apps acting as one ServiceAccount, or as the agent), one LIST per kind
+        for its active apps' objects and members; each object planned for the app that manages
+        it, on the listing threads as items are decoded, in the read of the first active app
+        declaring it (so once, however many identities read it)."""
         runs = shared.runs
         declared_by = shared.declared
-        active = [r for r in runs.values() if r.active]
-        keys: set[ObjectKey] = {k for k, decl in declared_by.items() if any(r.active for r, _ in decl)}
-        for run in active:
-            keys |= set(run.members)
+        groups: dict[str, list[AppRun]] = {}
+        for run in runs.values():
+            if run.active:
+                groups.setdefault(run.identity, []).append(run)
+        reader: dict[ObjectKey, str] = {}
+        for key, decl in declared_by.items():
+            first = next((r for r, _ in decl if r.active), None)
+            if first is not None:
+                reader[key] = first.identity
         everything = [o for r in runs.values() if r.known and r.desired for o in r.desired]
+        verdicts: list[Verdict] = []
+        for identity, group in groups.items():
+            # Its apps' own objects too where another identity plans them: each app's prune and
+            # inventory rest on what its own identity read.
+            keys = {k for k, who in reader.items() if who == identity}
+            for run in group:
+                keys |= set(run.members)
+                keys |= {o.key for o in run.desired or ()}
 
-        def plan_chunk(gk: GroupKind, objects: dict[ObjectKey, Manifest | None]) -> list[Verdict]:
-            return self._decide(shared, [k for k in objects if k in declared_by], objects)
+            def plan_chunk(
+                gk: GroupKind, objects: dict[ObjectKey, Manifest | None], identity: str = identity
+            ) -> list[Verdict]:
+                return self._decide(shared, [k for k in objects if reader.get(k) == identity], objects)
 
-        # Of the live objects only prune candidates are kept whole (members no app declares):
-        # holding every listed object of the cluster until the plan was done was most of a pass's memory.
-        live = self.read_live(keys, everything, inspect=plan_chunk, keep=lambda k: k not in declared_by)
-        shared.live = live
-        verdicts: list[Verdict] = [v for planned in live.inspected.values() for v in planned]
-        live.inspected.clear()
-        # Not planned on a listing thread: kinds a CRD of this commit adds (nothing live yet:
-        # create), and objects whose listing failed, which the planner skips (live state unknown)
-        # instead of mistaking them for absent.
-        seen = {v.obj.key for v in verdicts}
-        rest = [k for k in keys if k in declared_by and k not in seen]
-        known: dict[ObjectKey, Manifest | None] = {k: None for k in rest if live.listed(k)}
-        for v in self._decide(shared, rest, known):
-            verdicts.append(replace(v, change=live.explain(v.change)))
+            # Of the live objects only prune candidates are kept whole (members no app declares):
+            # holding every listed object of the cluster until the plan was done was most of a pass's memory.
+            live = self.read_live(
+                keys, everything, inspect=plan_chunk, keep=lambda k: k not in declared_by, app=group[0].app
+            )
+            shared.lives[identity] = live
+            planned = [v for chunk in live.inspected.values() for v in chunk]
+            live.inspected.clear()
+            # Not planned on a listing thread: kinds a CRD of this commit adds (nothing live yet:
+            # create), and objects whose listing failed, which the planner skips (live state unknown)
+            # instead of mistaking them for absent.
+            seen = {v.obj.key for v in planned}
+            rest = [k for k in keys if reader.get(k) == identity and k not in seen]
+            known: dict[ObjectKey, Manifest | None] = {k: None for k in rest if live.listed(k)}
+            for v in self._decide(shared, rest, known):
+                planned.append(replace(v, change=live.explain(v.change)))
+            verdicts.extend(planned)
         out: dict[str, list[Verdict]] = {}
         for v in verdicts:
             out.setdefault(v.app, []).append(v)
@@ -435,7 +484,7 @@ class ClusterReconciler(ClusterStages):
         out = []
         for follow in self.follows.pending(now):
             try:
-                health = self.follows.step(self.client, follow, now)
+                health = self.follows.step(self.client.impersonating(follow.service_account), follow, now)
             except AgentError as e:  # unreachable now: the wait goes on, read again later
                 self.follows.postpone(follow, now)
                 log.warning("health not read", cluster=self.cluster.name, app=follow.app, error=str(e))
@@ -475,6 +524,8 @@ class ClusterReconciler(ClusterStages):
         assert run.options is not None and run.revision is not None and run.desired_set is not None
         store, inventory, options = run.store, run.inventory, run.options
         result = run.result
+        client = self.client_for(run.app)
+        live = shared.live_for(run)
         the_plan = self._memo(run.name).remember(self.cluster.name, run.revision.sha, run.desired, verdicts)
         by_key = {o.key: o for o in run.desired}
         left_to_others = {v.obj.key for v in verdicts if v.passed}
@@ -484,6 +535,24 @@ class ClusterReconciler(ClusterStages):
             for c in v.conflicts:
                 if c not in result.conflicts:
                     result.conflicts.append(c)
+        # What another app declares is never this app's to delete, declared here or not.
+        others = shared.declared_by_others(run)
+        prune_options = self.prune_options(store.id, dry_run, run.app)
+        # An app whose render failed declares something unknown: what leaves this app may be there.
+        unknown = sorted(r.name for r in shared.runs.values() if r is not run and r.desired_set is None)
+        # Decided before applying (pure, on what was read): the preflight needs the prune set.
+        decision = prune_stage.decide(
+            inventory,
+            set(by_key) | others,
+            live.objects,
+            live.complete,
+            prune_options,
+            render_empty=run.desired_set.empty,
+            unknown_apps=unknown,
+        )
+        if run.identity:  # before anything is written for the app: nothing half-applied
+            unread = [k for k in {*by_key, *run.members} if not live.listed(k)]
+            self.preflight(run.app, the_plan.changes, decision, unread)
         if not dry_run:
             wider = widen(inventory, mine)
             if len(wider) != len(inventory.members):
@@ -504,7 +573,7 @@ class ClusterReconciler(ClusterStages):
         # What the cluster does not serve fails here, before any request (the rest goes on).
         blocked = {k for k in run.unserved if k in mine}
         sendable = [c for c in the_plan.changes if c.key not in blocked or c.action is Action.SKIP]
-        applied = apply_stage.apply_changes(self.client, sendable, apply_opts, replan, body_for)
+        applied = apply_stage.apply_changes(client, sendable, apply_opts, replan, body_for)
         # A server's message may quote a value: never shown for objects that hold secrets.
         secret = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}
         applied = [replace(r, sensitive=True) if r.key in secret else r for r in applied]
@@ -525,28 +594,12 @@ class ClusterReconciler(ClusterStages):
         for r in applied:
             if r.key in taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):
                 shared.release(taken[r.key], r.key)
-        live = shared.live
-        assert live is not None
-        # What another app declares is never this app's to delete, declared here or not.
-        others = shared.declared_by_others(run)
-        prune_options = self.prune_options(store.id, dry_run, run.app)
-        # An app whose render failed declares something unknown: what leaves this app may be there.
-        unknown = sorted(r.name for r in shared.runs.values() if r is not run and r.desired_set is None)
-        decision = prune_stage.decide(
-            inventory,
-            set(by_key) | others,
-            live.objects,
-            live.complete,
-            prune_options,
-            render_empty=run.desired_set.empty,
-            unknown_apps=unknown,
-        )
         if decision.refusal:
             refusal = decision.refusal
             if live.errors:
                 refusal = replace(refusal, message=f"{refusal.message} [{'; '.join(live.errors)}]")
             result.prune_refusal = refusal
-        result.results.extend(prune_stage.execute(self.client, decision, prune_options))
+        result.results.extend(prune_stage.execute(client, decision, prune_options))
         if not dry_run:
             members = narrowed(run.members, mine, live, result.results, decision.gone)
             if members != run.members:

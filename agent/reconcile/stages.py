@@ -20,21 +20,25 @@ from agent.model import (
     CRD_KEY,
     PART_OF,
     ApiFinding,
+    Change,
     DesiredObject,
     DesiredSet,
     Manifest,
     ObjectKey,
     Refusal,
     Revision,
+    ScopeViolation,
     split_api_version,
 )
 from agent.plan import apis
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
+from agent.plan.scope import Scope
+from agent.reconcile import preflight
 from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
 from agent.reconcile.keys import load_keys
-from agent.reconcile.live import Inspect, LiveState, crd_scopes, read_live
+from agent.reconcile.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
 from agent.render.renderer import Capabilities, RenderCache, RenderSpec
 from agent.render.sops import SOPS_KEY
 
@@ -93,12 +97,33 @@ class ClusterStages:
         self._schema_loaded: set[tuple[str, str]] = set()
         #: Bumped whenever a schema document is added: plans made before may differ after.
         self._schema_generation = 0
+        #: Identity ("": the agent's own) → kinds it may list only per namespace (a cluster-wide
+        #: LIST was refused once): listed per namespace straight away in later passes.
+        self._namespaced_lists: dict[str, set[GroupKind]] = {}
 
     @property
     def client(self) -> KubeClient:
         if self._client is None:
             self._client = self._client_factory(self.cluster)
         return self._client
+
+    def client_for(self, app: AppConfig | None) -> KubeClient:
+        """The client ``app``'s requests go through: acting as its ServiceAccount, if it names one.
+
+        Inventories, Events, discovery and OpenAPI stay on ``client``: the agent's own identity.
+        """
+        return self.client.impersonating(app.settings.service_account if app else "")
+
+    def scope_of(self, app: AppConfig | None) -> Scope | None:
+        """``app``'s scope (None: the cluster entry's own app outside a pass, unrestricted)."""
+        return Scope.of(app, self.config.agent.namespace) if app is not None else None
+
+    def scope_violations(
+        self, app: AppConfig | None, desired: list[DesiredObject]
+    ) -> tuple[ScopeViolation, ...]:
+        """What of the prepared ``desired`` lies outside ``app``'s scope (before any request for it)."""
+        scope = self.scope_of(app)
+        return scope.violations(desired, app.name) if scope is not None and app is not None else ()
 
     def close(self) -> None:
         if self._client is not None:
@@ -143,6 +168,31 @@ class ClusterStages:
             message = shared_message(name, others, uid, agent=agent.name, namespace=agent.namespace)
             raise ClusterRefused(name, Refusal.SHARED_CLUSTER, message)
 
+    def preflight(
+        self,
+        app: AppConfig,
+        changes: Iterable[Change],
+        decision: prune_stage.PruneDecision,
+        unread: Iterable[ObjectKey],
+    ) -> None:
+        """What ``app``'s pass needs of its ServiceAccount, asked of the server before anything is
+        written (``preflight.check``: raises ``AccessDenied`` naming every missing rule)."""
+        disc = self.client.discovery()
+        wanted = preflight.needs(
+            changes,
+            delete=[c.key for c in decision.delete],
+            orphan=[c.key for c in decision.orphan],
+            unread=unread,
+            resolve=lambda k: disc.find_group_kind(k.group, k.kind),
+        )
+        preflight.check(
+            self.client,
+            app.settings.service_account,
+            wanted,
+            app=app.name,
+            concurrency=self.cluster.settings.concurrency,
+        )
+
     # -- stages ---------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
@@ -157,16 +207,18 @@ class ClusterStages:
         pass); ``RenderError`` when they cannot be."""
         spec = render_spec(self.cluster) if app is None else app_render_spec(app)
         decryption = (self.cluster.settings if app is None else app.settings).decryption
+        client = self.client_for(app)  # a tenant's key Secret is read as the tenant: its own only
+
+        def read_secret(namespace: str, name: str) -> Manifest | None:
+            return client.get(client.resource("v1", "Secret"), namespace, name)
+
         keys = load_keys(
             decryption,
-            read_secret=self._read_secret,
+            read_secret=read_secret,
             namespace=self.config.agent.namespace,
             cluster=self.cluster.name,
         )
         return replace(spec, keys=keys, capabilities=self.capabilities)
-
-    def _read_secret(self, namespace: str, name: str) -> Manifest | None:
-        return self.client.get(self.client.resource("v1", "Secret"), namespace, name)
 
     def render(self, revision: Revision) -> DesiredSet:
         """The cluster entry's own app (``render_app`` for any app)."""
@@ -262,15 +314,18 @@ class ClusterStages:
         *,
         inspect: Inspect | None = None,
         keep: Callable[[ObjectKey], bool] | None = None,
+        app: AppConfig | None = None,
     ) -> LiveState:
-        """``live.read_live`` on this cluster's client and pool size."""
+        """``live.read_live`` on this cluster's pool size, as ``app``'s identity (``client_for``)."""
+        identity = app.settings.service_account if app else ""
         return read_live(
-            self.client,
+            self.client_for(app),
             keys,
             crd_scopes(desired),
             concurrency=self.cluster.settings.concurrency,
             inspect=inspect,
             keep=keep,
+            namespaced=self._namespaced_lists.setdefault(identity, set()),
         )
 
     def load_schema(self, objs: Iterable[DesiredObject]) -> None:
@@ -344,4 +399,5 @@ class ClusterStages:
             propagation=s.propagation_policy,
             dry_run=dry_run,
             app=None if app is None or app.implicit else app.name,
+            scope=self.scope_of(app),
         )

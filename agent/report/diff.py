@@ -32,7 +32,8 @@ from typing import Protocol
 
 from agent.apply import prune as prune_stage
 from agent.config.types import DEFAULT_SOURCE, AppConfig, ClusterConfig, Config
-from agent.errors import AgentError, ApiError, SourceError
+from agent.errors import AccessDenied, AgentError, ApiError, ScopeError, SourceError
+from agent.kube.client import KubeClient
 from agent.model import (
     CRD_KEY,
     PART_OF,
@@ -197,13 +198,16 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
         notes.append("the app is suspended (ApplySet parent annotation): nothing is applied until resumed")
     default_namespace = app.settings.default_namespace if app is not None else None
     desired = rec.prepare(desired_set, store.id, default_namespace=default_namespace)
+    if violations := rec.scope_violations(app, desired):  # before any request made as the app
+        raise ScopeError(violations, cluster=rec.cluster.name, app=name)
     rec.load_schema(desired)
     unserved, api_notes = rec.check_apis(desired)
     api: dict[ObjectKey, list[ApiLine]] = {}
     for f in [*unserved.values(), *api_notes]:
         api.setdefault(f.key, []).append(ApiLine(f.problem.value, f.message, f.replacement))
     by_key = {o.key: o for o in desired}
-    live = rec.read_live(set(by_key) | inventory.keys(), desired)
+    client = rec.client_for(app)
+    live = rec.read_live(set(by_key) | inventory.keys(), desired, app=app)
     notes.extend(live.errors)
     options = rec.plan_options(store.id, app=app)
     # An object whose listing failed has unknown live state: planned as SKIP, never as a create.
@@ -211,14 +215,24 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
     the_plan = plan(rec.cluster.name, desired_set.revision, desired, known, options)
     the_plan = replace(the_plan, changes=tuple(live.explain(c) for c in the_plan.changes))
     secrets = secret_strings([o.manifest for o in desired] + list(live.objects.values()))
-    objects = _confirm(rec, the_plan.changes, by_key, live, options, secrets, api, set(unserved))
-
     prune_options = rec.prune_options(store.id, dry_run=True, app=app)
     decision = prune_stage.decide(
-        inventory, set(by_key), live.objects, live.complete, prune_options, render_empty=desired_set.empty
+        inventory,
+        set(by_key),
+        live.objects,
+        live.complete,
+        prune_options,
+        render_empty=desired_set.empty,
     )
+    if app is not None and app.settings.service_account:
+        try:  # what the pass would refuse before writing, said once rather than as a 403 per object
+            unread = [k for k in {*by_key, *inventory.keys()} if not live.listed(k)]
+            rec.preflight(app, the_plan.changes, decision, unread)
+        except AccessDenied as e:
+            notes.append(str(e))
+    objects = _confirm(rec, client, the_plan.changes, by_key, live, options, secrets, api, set(unserved))
     prune_refused = decision.refused
-    for result in prune_stage.execute(rec.client, decision, prune_options):
+    for result in prune_stage.execute(client, decision, prune_options):
         objects.append(_prune_report(result, live, secrets))
     held = frozenset(
         k
@@ -300,6 +314,7 @@ def _key_of(o: ObjectReport) -> ObjectKey:
 
 def _confirm(
     rec: ClusterReconciler,
+    client: KubeClient,
     changes: tuple[Change, ...],
     by_key: dict[ObjectKey, DesiredObject],
     live: LiveState,
@@ -355,7 +370,7 @@ def _confirm(
         assert body is not None
         warnings: list[str] = []
         try:
-            after = rec.client.apply(
+            after = client.apply(
                 body, field_manager=rec.field_manager, force=change.force, dry_run=True, warnings=warnings
             )
         except ApiError as e:

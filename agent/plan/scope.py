@@ -1,0 +1,98 @@
+"""An app's scope: which objects it may declare, and so write or prune (pure).
+
+The pass, ``gitops-agent diff`` and the prune guard ask ``Scope.violation`` of each object
+before any request is made for the app: an app that declares something outside its scope
+fails closed, like a render error, naming each object, its file and the rule it breaks; an
+inventory member outside it is never pruned by that app. The rules, in the order they are
+checked: an app acting as its own ServiceAccount never writes the agent's namespace (where
+inventories, prune approvals and suspension live); cluster-scoped objects only with
+``allow_cluster_scoped``; namespaces matching ``allowed_namespaces``; kinds matching
+``allowed_kinds``. Namespaced-ness comes from the key: objects are prepared (a namespaced
+kind given its namespace, a cluster-scoped one refused one) before they are checked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.config.types import CLUSTER_DEFAULTS, AppConfig
+from agent.model import DesiredObject, ObjectKey, ScopeRule, ScopeViolation
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One app's scope, as its settings say."""
+
+    namespaces: tuple[str, ...] = CLUSTER_DEFAULTS.allowed_namespaces
+    kinds: tuple[str, ...] = CLUSTER_DEFAULTS.allowed_kinds
+    cluster_scoped: bool = CLUSTER_DEFAULTS.allow_cluster_scoped
+    #: The agent's namespace when the app acts as its own ServiceAccount (closed to it), else "".
+    agent_namespace: str = ""
+
+    @classmethod
+    def of(cls, app: AppConfig, agent_namespace: str) -> Scope:
+        s = app.settings
+        return cls(
+            namespaces=s.allowed_namespaces,
+            kinds=s.allowed_kinds,
+            cluster_scoped=s.allow_cluster_scoped,
+            agent_namespace=agent_namespace if s.service_account else "",
+        )
+
+    @property
+    def unrestricted(self) -> bool:
+        return (
+            self.namespaces == ("*",)
+            and self.kinds == ("*",)
+            and self.cluster_scoped
+            and not self.agent_namespace
+        )
+
+    def violation(self, key: ObjectKey) -> tuple[ScopeRule, str] | None:
+        """The first rule ``key`` breaks, with why in users' words; None when it is in scope."""
+        if self.unrestricted:
+            return None
+        ns = key.namespace
+        if self.agent_namespace and (ns == self.agent_namespace or _is_namespace(key, self.agent_namespace)):
+            return ScopeRule.AGENT_NAMESPACE, (
+                f"namespace {self.agent_namespace} is the agent's own (inventories, prune approvals,"
+                " suspension): an app with a service_account never writes there"
+            )
+        if not ns and not self.cluster_scoped:
+            return ScopeRule.CLUSTER_SCOPED, f"{key.kind} is cluster-scoped and allow_cluster_scoped is false"
+        if ns and not _matches(ns, self.namespaces):
+            return (
+                ScopeRule.NAMESPACE,
+                f"namespace {ns} is not in allowed_namespaces {_listed(self.namespaces)}",
+            )
+        if not _matches(key.group_kind, self.kinds):
+            return ScopeRule.KIND, f"kind {key.group_kind} is not in allowed_kinds {_listed(self.kinds)}"
+        return None
+
+    def violations(self, objects: Iterable[DesiredObject], app: str) -> tuple[ScopeViolation, ...]:
+        """Every object of ``objects`` outside this scope, named with its file and rule."""
+        if self.unrestricted:
+            return ()
+        out = []
+        for obj in objects:
+            found = self.violation(obj.key)
+            if found is not None:
+                rule, why = found
+                out.append(
+                    ScopeViolation(obj.key, rule, f"{obj.key} ({obj.provenance}): {why} (app {app!r})")
+                )
+        return tuple(out)
+
+
+def _is_namespace(key: ObjectKey, name: str) -> bool:
+    return key.group == "" and key.kind == "Namespace" and key.name == name
+
+
+def _matches(value: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, g) for g in globs)
+
+
+def _listed(globs: tuple[str, ...]) -> str:
+    return "[" + ", ".join(globs) + "]"

@@ -207,9 +207,10 @@ class ClusterStages:
         pass); ``RenderError`` when they cannot be."""
         spec = render_spec(self.cluster) if app is None else app_render_spec(app)
         decryption = (self.cluster.settings if app is None else app.settings).decryption
-        client = self.client_for(app)  # a tenant's key Secret is read as the tenant: its own only
-
         def read_secret(namespace: str, name: str) -> Manifest | None:
+            # As the app: a tenant's key Secret is read as the tenant, so only its own. A client
+            # exists only once a key is read (an app that fails to render asks nothing).
+            client = self.client_for(app)
             return client.get(client.resource("v1", "Secret"), namespace, name)
 
         keys = load_keys(

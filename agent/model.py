@@ -269,6 +269,9 @@ class ApplyResult:
     note: Note | None = None
     #: Why a ``SKIPPED`` object was left alone.
     skip: SkipReason | None = None
+    #: Declared fields left to their owners (values of Secrets masked by the plan): the status page
+    #: names each one, its owner, the value kept and Git's.
+    yielded: tuple[FieldConflict, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -568,6 +571,8 @@ class AppHealth:
     waited: float = 0.0
     #: Requests this wait has made so far (the cost the benchmarks count).
     reads: int = 0
+    #: Each followed object's health as the wait reports it (not in ``to_json``: the status page's).
+    by_object: tuple[tuple[ObjectKey, Health], ...] = ()
 
     @property
     def state(self) -> HealthState:
@@ -605,6 +610,8 @@ AGENT_LABEL = "gitops-agent.io/agent"
 SUSPENDED = "gitops-agent.io/suspended"
 PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
 CLAIMED_BY = "gitops-agent.io/claimed-by"
+#: On a status page record (a ConfigMap in the management cluster): what it records ("status").
+RECORD_LABEL = "gitops-agent.io/record"
 #: On a Lease: its role ("cluster" | "replica") and the cluster it is for.
 ROLE_LABEL = "gitops-agent.io/lease"
 CLUSTER_LABEL = "gitops-agent.io/cluster"

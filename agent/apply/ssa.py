@@ -114,7 +114,12 @@ def _apply_one(
         if change.action is Action.CONFLICT:
             # Every differing field is yielded to its owner: nothing to send.
             return ApplyResult(
-                change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid, note=Note.YIELDED
+                change.key,
+                Outcome.UNCHANGED,
+                message=change.reason,
+                uid=change.uid,
+                note=Note.YIELDED,
+                yielded=change.yielded,
             )
         if change.action is Action.SKIP or change.body is None:
             return ApplyResult(
@@ -148,7 +153,7 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
     out = client.apply(body, field_manager=options.field_manager, force=change.force, dry_run=options.dry_run)
     outcome = Outcome.CREATED if change.action is Action.CREATE else Outcome.CONFIGURED
     uid = (out.get("metadata") or {}).get("uid") if out else None
-    return ApplyResult(change.key, outcome, message=change.reason, uid=uid)
+    return ApplyResult(change.key, outcome, message=change.reason, uid=uid, yielded=change.yielded)
 
 
 def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[StatusCause, ...]) -> Change:

@@ -57,6 +57,12 @@ def reportable(result: ClusterResult) -> list[ApplyResult]:
     return [r for r in result.results if r.outcome in _REASONS]
 
 
+def reason_for(r: ApplyResult) -> tuple[str, str]:
+    """(type, reason) of a reportable object's Event: ``Warning``/``ApplyFailed``, ``Normal``/``Pruned``..."""
+    severity, reason = _REASONS[r.outcome]
+    return (severity, "PruneFailed") if r.note is Note.DELETE_REFUSED else (severity, reason)
+
+
 @dataclass(frozen=True)
 class _Pass:
     """What an Event names besides its object: the cluster, the app and the revision."""
@@ -85,9 +91,7 @@ def emit(
     subject = _Pass(result.cluster, result.app, result.revision)
     written = 0
     for r in items[:MAX_EVENTS]:
-        severity, reason = _REASONS[r.outcome]
-        if r.note is Note.DELETE_REFUSED:
-            reason = "PruneFailed"
+        severity, reason = reason_for(r)
         written += _write(
             client, namespace, ref, subject, severity, reason, message_for(r), str(r.key), component, instance
         )

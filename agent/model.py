@@ -362,6 +362,9 @@ class ApplyResult:
     sensitive: bool = False
     #: The API server's ``Warning`` headers on the request (deprecated versions, unknown fields).
     warnings: tuple[str, ...] = ()
+    #: Declared fields left to their owners (values of Secrets masked by the plan): the status page
+    #: names each one, its owner, the value kept and Git's.
+    yielded: tuple[FieldConflict, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -706,6 +709,8 @@ class AppHealth:
     waited: float = 0.0
     #: Requests this wait has made so far (the cost the benchmarks count).
     reads: int = 0
+    #: Each followed object's health as the wait reports it (not in ``to_json``: the status page's).
+    by_object: tuple[tuple[ObjectKey, Health], ...] = ()
 
     @property
     def state(self) -> HealthState:
@@ -743,6 +748,8 @@ AGENT_LABEL = "gitops-agent.io/agent"
 SUSPENDED = "gitops-agent.io/suspended"
 PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
 CLAIMED_BY = "gitops-agent.io/claimed-by"
+#: On a status page record (a ConfigMap in the management cluster): what it records ("status").
+RECORD_LABEL = "gitops-agent.io/record"
 #: On a Lease: its role ("cluster" | "replica") and the cluster it is for.
 ROLE_LABEL = "gitops-agent.io/lease"
 CLUSTER_LABEL = "gitops-agent.io/cluster"

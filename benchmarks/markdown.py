@@ -191,6 +191,8 @@ def render(results: dict[str, Any]) -> str:
         lines += tenants_section(results["tenants"])
     if "health" in results:
         lines += _health(results["health"])
+    if "page" in results:
+        lines += _page(results["page"])
     lines += [
         "## Reading these numbers",
         "",
@@ -307,6 +309,27 @@ def _health(health: dict[str, Any]) -> list[str]:
         + ".",
         "",
     ]
+
+
+def _page(page: dict[str, Any]) -> list[str]:
+    """Benchmark 9: the status page's server time for a large fleet."""
+    lines = [
+        f"## Status page ({page['clusters']} clusters x {page['apps_per_cluster']} apps, "
+        f"{page['objects_per_app']} objects and {page['passes']} passes each)",
+        "",
+        f"Server time of one answer (`StatusPage.handle`: views, Jinja2, encoding; no network), "
+        f"median and p95 of {page['reps']}; target for the grid: {page['target_ms']:g} ms "
+        f"({'met' if page['grid_met'] else 'NOT met'}).",
+        "",
+        "| page | median | p95 | HTML |",
+        "|---|---|---|---|",
+    ]
+    for row in page["rows"]:
+        lines.append(
+            f"| `{row['path']}` | {row['median_ms']} ms | {row['p95_ms']} ms "
+            f"| {row['bytes'] / 1024:.0f} KiB |"
+        )
+    return [*lines, ""]
 
 
 def _targets(results: dict[str, Any]) -> list[str]:

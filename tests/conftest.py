@@ -9,6 +9,8 @@
 - ``e2e`` (function): agents, namespace names and daemons for end-to-end tests
   (``tests/agentkit.py``'s ``E2E``), closed, stopped and deleted after the test, after
   ``cluster_ctl``'s undoing; ``daemons`` starts ``Daemon``s in this process that ``e2e`` stops.
+- ``browser`` (function): the session's headless Chromium (``tests/browser.py``), its cookies
+  cleared and its window at laptop size for each test.
 
 Missing binaries fail these fixtures with the install hint; they never skip.
 """
@@ -27,6 +29,7 @@ from agent.config.types import Config
 from agent.dev import localcluster
 from agent.dev.process import LocalCluster
 from agent.run.scheduler import Daemon
+from tests import browser as chromium
 from tests import clusters, daemonkit
 from tests.agentkit import E2E
 from tests.clusters import ClusterControl, ClusterPool, TestNamespace
@@ -117,3 +120,20 @@ def cluster_ctl(request: pytest.FixtureRequest) -> Iterator[ClusterControl]:
     ctl = ClusterControl(pool)
     yield ctl
     ctl.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _chromium() -> Iterator[Any]:
+    driver = chromium.start()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser(_chromium: Any) -> Any:
+    """The session's headless Chromium, as if new: no cookies, laptop size."""
+    _chromium.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    _chromium.set_window_size(*chromium.LAPTOP)
+    return _chromium

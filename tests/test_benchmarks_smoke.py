@@ -230,3 +230,17 @@ def test_benchmarks_tenants_smoke_apps_of_one_service_account_share_its_reads(tm
     assert row["met"], row
     assert row["requests_per_pass"] == [kinds * 2 + 1], row["by_resource"]
     assert all(k.startswith("LIST ") for k in row["by_resource"]), row["by_resource"]
+
+
+def test_benchmarks_page_smoke_times_every_page_of_a_small_fleet_in_the_server(tmp_path: Path) -> None:
+    argv = ["page", "--page-clusters", "3", "--page-apps", "2", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    page = json.loads(next(tmp_path.glob("page-*.json")).read_text())["page"]
+    assert [r["path"] for r in page["rows"]][:3] == [
+        "/ui/",
+        "/ui/clusters/cluster-00",
+        "/ui/clusters/cluster-00/apps/app-00",
+    ]
+    assert page["grid_met"] and all(r["bytes"] > 0 for r in page["rows"])
+    md = next(tmp_path.glob("page-*.md")).read_text()
+    assert "## Status page (3 clusters x 2 apps, 20 objects and 5 passes each)" in md

@@ -115,7 +115,12 @@ def _apply_one(
         if change.action is Action.CONFLICT:
             # Every differing field is yielded to its owner: nothing to send.
             return ApplyResult(
-                change.key, Outcome.UNCHANGED, message=change.reason, uid=change.uid, note=Note.YIELDED
+                change.key,
+                Outcome.UNCHANGED,
+                message=change.reason,
+                uid=change.uid,
+                note=Note.YIELDED,
+                yielded=change.yielded,
             )
         if change.action is Action.SKIP or change.body is None:
             return ApplyResult(
@@ -158,7 +163,9 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
     )
     outcome = Outcome.CREATED if change.action is Action.CREATE else Outcome.CONFIGURED
     uid = (out.get("metadata") or {}).get("uid") if out else None
-    return ApplyResult(change.key, outcome, message=change.reason, uid=uid, warnings=tuple(warnings))
+    return ApplyResult(
+        change.key, outcome, message=change.reason, uid=uid, warnings=tuple(warnings), yielded=change.yielded
+    )
 
 
 def _not_served(client: KubeClient, change: Change, error: ApiError) -> ApplyResult:

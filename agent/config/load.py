@@ -329,6 +329,9 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
     listen = r.get("listen", str, d.listen)
     if listen and not re.fullmatch(r"[^\s:]*:\d{1,5}", listen):
         raise r.error("listen", f"must be host:port (or empty to disable), got {listen!r}")
+    ui_token_file = r.get("ui_token_file", str, d.ui_token_file)
+    if ui_token_file:
+        ui_token_file = str((base_dir / os.path.expanduser(ui_token_file)).resolve())
     leases = _member(r, "leases", r.get("leases", str, d.leases), Leases)
     management = r.get("management_kubeconfig", str, d.management_kubeconfig)
     if management:
@@ -360,6 +363,7 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
         log_format=log_format,
         log_level=log_level,
         listen=listen,
+        ui_token_file=ui_token_file,
         leases=leases,
         management_kubeconfig=management,
         management_context=r.get("management_context", str, d.management_context),

@@ -80,6 +80,16 @@ SCHEDULE_JITTER: Final = 0.1
 #: doubling while nothing changes, up to the second (a debounce or timeout ending comes sooner).
 HEALTH_POLL_MIN: Final = 1.0
 HEALTH_POLL_MAX: Final = 10.0
+#: The status page's records (docs/status-page.md): per app, the passes and Events kept, the objects
+#: of its last pass shown, and the characters of one message kept.
+HISTORY_PASSES: Final = 50
+HISTORY_EVENTS: Final = 100
+RECORD_OBJECTS: Final = 500
+RECORD_MESSAGE: Final = 500
+#: Seconds between the status page's reloads in a browser, and how long a replica reuses the
+#: records of the clusters other replicas hold (read from the management cluster).
+PAGE_REFRESH: Final = 15.0
+SHARED_RECORDS_TTL: Final = 3.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,9 @@ class AgentSettings:
     log_level: LogLevel = LogLevel.INFO
     #: host:port of the health/metrics/status HTTP server of `run` (empty disables it).
     listen: str = "127.0.0.1:8080"
+    #: File holding the status page's token: required to read the page on any address but
+    #: loopback (without one the page is off there; the probes and /metrics stay open).
+    ui_token_file: str = ""
     #: Kubernetes Leases shard clusters across replicas: "auto" (on in a Pod or with a
     #: management kubeconfig), "on" or "off".
     leases: Leases = Leases.AUTO

@@ -160,6 +160,7 @@ class Follows:
             current=sum(1 for h in report.values() if h.state is HealthState.CURRENT),
             waited=now - tracker.started,
             reads=follow.requests,
+            by_object=tuple(sorted(report.items())),
         )
         follow.latest = app_health
         moved = previous is None or (previous.state, previous.current) != (

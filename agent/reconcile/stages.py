@@ -207,6 +207,7 @@ class ClusterStages:
         pass); ``RenderError`` when they cannot be."""
         spec = render_spec(self.cluster) if app is None else app_render_spec(app)
         decryption = (self.cluster.settings if app is None else app.settings).decryption
+
         def read_secret(namespace: str, name: str) -> Manifest | None:
             # As the app: a tenant's key Secret is read as the tenant, so only its own. A client
             # exists only once a key is read (an app that fails to render asks nothing).

@@ -94,6 +94,16 @@ def _finding_message(f: ApiFinding) -> str:
     return f"{f.key}: {f.message}"[:1000]
 
 
+def reason_for(r: ApplyResult) -> tuple[str, str]:
+    """(type, reason) of a reportable object's Event: ``Warning``/``ApplyFailed``, ``Normal``/``Pruned``..."""
+    severity, reason = reason_of(r) or ("Normal", "")
+    if r.note is Note.DELETE_REFUSED:
+        return severity, "PruneFailed"
+    if r.note is Note.API_NOT_SERVED:
+        return severity, "APIVersionNotServed"
+    return severity, reason
+
+
 @dataclass(frozen=True)
 class _Pass:
     """What an Event names besides its object: the cluster, the app and the revision."""
@@ -129,11 +139,7 @@ def emit(
                 client, namespace, ref, subject, "Warning", reason, message, about, component, instance
             )
             continue
-        severity, reason = reason_of(r) or ("Normal", "")
-        if r.note is Note.DELETE_REFUSED:
-            reason = "PruneFailed"
-        elif r.note is Note.API_NOT_SERVED:
-            reason = "APIVersionNotServed"
+        severity, reason = reason_for(r)
         written += _write(
             client, namespace, ref, subject, severity, reason, message_for(r), str(r.key), component, instance
         )

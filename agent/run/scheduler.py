@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -48,8 +49,11 @@ from agent.reconcile.apps import cluster_apps
 from agent.run.fleet import Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
+from agent.run.record_store import ConfigMapStore, FileStore, RecordStore
 from agent.run.server import HealthServer
+from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage, token_from_file
 from agent.source.sources import SourceSet
+from agent.ui.auth import access
 
 __all__ = ["Daemon", "DaemonOptions"]
 
@@ -146,7 +150,9 @@ class Daemon:
         )
         self.scheduler.add_listener(self._job_done, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
         self.health: HealthServer | None = None
+        self.page: StatusPage | None = None
         if config.agent.listen:
+            self.page = self._status_page(config, settings)
             self.health = HealthServer(
                 config.agent.listen,
                 metrics=self.metrics,
@@ -155,7 +161,53 @@ class Daemon:
                 status=self.status_json,
                 sync=self.sync,
                 stuck_after=self.opts.stuck_after,
+                page=self.page,
             )
+
+    def _status_page(self, config: Config, settings: LeaseSettings) -> StatusPage:
+        """The status page and where its records live: the management cluster with Leases (every
+        replica reads them), else ``<cache_dir>/status/`` (docs/status-page.md)."""
+        a = config.agent
+        try:
+            token = token_from_file(a.ui_token_file)
+        except OSError as e:
+            raise ConfigError("agent.ui_token_file", f"cannot read {a.ui_token_file}: {e}") from e
+        if a.ui_token_file and not token:
+            raise ConfigError("agent.ui_token_file", f"{a.ui_token_file} is empty")
+        store: RecordStore
+        if settings.enabled:
+            store = ConfigMapStore(management_client(settings), namespace=settings.namespace, agent=a.name)
+        else:
+            store = FileStore(Path(a.cache_dir).expanduser() / "status")
+        page = StatusPage(
+            self._page_snapshot, store, access=access(a.listen, token), token=token, shared=settings.enabled
+        )
+        page.load()
+        return page
+
+    def _page_snapshot(self) -> Snapshot:
+        """What the status page shows now: every cluster with its apps, who holds it, each app's
+        source head."""
+        with self._source_lock:
+            heads = {n: r.sha for n, r in self.revisions.items()}
+            errors = dict(self.source_errors)
+        clusters = []
+        for name, st in self.fleet.status.items():
+            held = self.leases is None or self.leases.holds(name)
+            holder = self.leases.holder(name) if self.leases else ""
+            sources = self._sources_of(name)
+            app_heads = {app: heads[src] for app, src in sources.items() if src in heads}
+            clusters.append(ClusterSnapshot(name, st, held=held, holder=holder, heads=app_heads))
+        return Snapshot(
+            agent=self.config.agent.name,
+            clusters=tuple(clusters),
+            replica=self.leases.s.identity if self.leases else "",
+            sources=tuple((n, heads.get(n, ""), errors.get(n, "")) for n in self.sources.names),
+        )
+
+    def _may_write(self, cluster: str) -> bool:
+        """Whether this replica records ``cluster``: the holder of its Lease, or the only agent."""
+        return self.leases is None or self.leases.holds(cluster)
 
     # -- what the endpoints ask ---------------------------------------------------
 
@@ -284,6 +336,8 @@ class Daemon:
         if self.stopping:
             return
         healths = self.fleet.health.step(name)
+        if self.page is not None and healths:
+            self.page.record_healths(name, healths, may_write=self._may_write(name))
         unblocked = self.fleet.health.unblocks(name, healths)
         if unblocked:
             why = f"dependency rolled out (waiting: {', '.join(unblocked)})"
@@ -425,6 +479,9 @@ class Daemon:
         if not due:
             return  # woken for an app that is not due after all (its interval or backoff not over)
         results = self.fleet.run_apps(name, revisions, apps=due)
+        if self.page is not None:
+            subjects = {r.sha: r.subject for r in revisions.values()}
+            self.page.record_passes(results, subjects, may_write=self._may_write)
         if self.stopping:
             return
         self._wake_health(name)
@@ -495,6 +552,8 @@ class Daemon:
         if st is not None:
             st.holder = self.leases.holder(name) if self.leases else ""
             st.state = st.state if held else PassState.STANDBY
+        if held and self.page is not None:
+            self.page.forget(name)  # another replica may have recorded it meanwhile
         if held and self.revisions and not self.stopping:
             with self._lock:
                 self._forced.add(name)

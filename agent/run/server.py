@@ -7,7 +7,8 @@ metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
 the config is loaded and every source was polled once, and not while
 shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what
 ``gitops-agent status`` prints); ``POST /sync?cluster=NAME[&app=APP]`` asks for a pass
-now (``gitops-agent sync``). Started by ``scheduler.Daemon``; the recording
+now (``gitops-agent sync``); ``/`` and ``/ui/...`` are the read-only status page
+(``statuspage.StatusPage``). Started by ``scheduler.Daemon``; the recording
 helpers are called by ``scheduler.Fleet``.
 """
 
@@ -32,6 +33,7 @@ from prometheus_client import (
 
 from agent.config.types import AGENT_DEFAULTS
 from agent.model import ClusterResult, HealthState, Note, Outcome, PassState
+from agent.run.statuspage import Response, StatusPage, with_security_headers
 
 STUCK_AFTER = AGENT_DEFAULTS.stuck_after  # seconds without a scheduler tick before /healthz fails
 
@@ -273,6 +275,7 @@ class HealthServer:
         status: Callable[[], dict[str, Any]],
         sync: Callable[..., tuple[int, dict[str, Any]]] | None = None,
         stuck_after: float = STUCK_AFTER,
+        page: StatusPage | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         outer = self
@@ -285,11 +288,31 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _page(self, method: str) -> bool:
+                """Answer a status page request (``/``, ``/ui...``); False for the other endpoints."""
+                path = self.path.split("?")[0]
+                if outer.page is None or not (path == "/" or path == "/ui" or path.startswith("/ui/")):
+                    return False
+                length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
+                body = self.rfile.read(length) if method == "POST" and length > 0 else b""
+                headers = {k: v for k, v in self.headers.items()}
+                answer: Response = outer.page.handle(method, self.path, headers, body)
+                self.send_response(answer.code)
+                self.send_header("Content-Type", answer.content_type)
+                self.send_header("Content-Length", str(len(answer.body)))
+                for key, value in with_security_headers(answer):
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(answer.body)
+                return True
+
             def do_GET(self) -> None:
-                self._send(*outer.respond(self.path.split("?")[0]))
+                if not self._page("GET"):
+                    self._send(*outer.respond(self.path.split("?")[0]))
 
             def do_POST(self) -> None:
-                self._send(*outer.post(self.path))
+                if not self._page("POST"):
+                    self._send(*outer.post(self.path))
 
             def log_message(self, *args: Any) -> None:  # probes every few seconds: not worth a log line
                 pass
@@ -299,6 +322,7 @@ class HealthServer:
         self._ready = ready
         self._status = status
         self._sync = sync
+        self.page = page
         self.stuck_after = stuck_after
         self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
         self.server.daemon_threads = True

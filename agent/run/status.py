@@ -29,6 +29,11 @@ _WORST_FIRST = (
 )
 
 
+def worst_state(states: set[PassState]) -> PassState:
+    """The state a cluster shows for its apps' states: the first of ``_WORST_FIRST`` among them."""
+    return next((s for s in _WORST_FIRST if s in states), PassState.PENDING)
+
+
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
 
@@ -108,8 +113,7 @@ class ClusterStatus:
 
     def settle_state(self) -> None:
         """The cluster's state from its apps' (after a pass)."""
-        states = {a.state for a in self.apps.values()}
-        self.state = next((s for s in _WORST_FIRST if s in states), PassState.PENDING)
+        self.state = worst_state({a.state for a in self.apps.values()})
 
     @property
     def health(self) -> HealthState | None:

@@ -3,6 +3,7 @@ message, and one commit status per state and revision (agent/notify/policy.py)."
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from agent.config.types import AlertSettings, Severity
@@ -43,7 +44,7 @@ def test_a_failing_app_alerts_once_after_n_passes_reminds_on_the_backoff_and_res
     for t in range(121, 120 + 5 * 7200, 30):
         state, out = remind(state, "prod", float(t), SETTINGS)
         reminders += [t for n in out if n.kind is NoticeKind.REMINDER]
-    gaps = [b - a for a, b in zip([120, *reminders], reminders, strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise([120, *reminders])]
     assert [round(g, -1) for g in gaps[:4]] == [300, 1800, 7200, 7200]
     state, out = observe(state, good(), 99999.0, SETTINGS)
     assert [(n.kind, n.reason, n.severity) for n in out] == [
@@ -133,7 +134,7 @@ def test_a_fenced_pass_says_nothing_and_a_brake_is_read_only_from_a_pass_that_go
     assert (obs.condition, obs.bad, obs.message, obs.cause) == (
         Condition.RECONCILE,
         True,
-        "refused",
+        "refused\nmore",
         "unreachable",
     )
     braked = ClusterResult(

@@ -132,7 +132,7 @@ class Notifier:
         if result.state in (PassState.WAITING, PassState.SUSPENDED):
             return
         if not result.ok:
-            why = (result.error or f"{result.failed} object(s) failed").strip().splitlines()[0]
+            why = result.error or f"{result.failed} object(s) failed"
             self._step(cluster, app, result.revision, Step.FAILED, why)
         elif self._waits(cluster, app):
             self._step(

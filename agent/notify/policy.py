@@ -331,7 +331,7 @@ def pass_observations(result: ClusterResult) -> list[Observation]:
             Condition.RECONCILE,
             not result.ok,
             result.revision,
-            _first_line(result.error or _objects_failed(result)) if not result.ok else "reconciled",
+            _text(result.error or _objects_failed(result)) if not result.ok else "reconciled",
             result.reason.value if result.reason else "",
         )
     ]
@@ -339,9 +339,7 @@ def pass_observations(result: ClusterResult) -> list[Observation]:
         brake = result.prune_refusal is not None and result.prune_refusal.reason is PruneReason.BRAKE
         message = result.prune_refused or "" if brake else "deletions resumed"
         out.append(
-            Observation(
-                result.cluster, app, Condition.PRUNE, brake, result.revision, _first_line(message), "brake"
-            )
+            Observation(result.cluster, app, Condition.PRUNE, brake, result.revision, _text(message), "brake")
         )
     return out
 
@@ -370,8 +368,17 @@ def _objects_failed(result: ClusterResult) -> str:
     return f"{result.failed} object(s) failed"
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:1000] if text.strip() else ""
+def _text(text: str, limit: int = 2000) -> str:
+    """A failure's message as sent: all of it (a render error's first line names no file), bounded."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: str, limit: int = 140) -> str:
+    """A message squeezed into one line of at most ``limit`` characters (a commit status's
+    description): its lines joined, spaces collapsed."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def app_link(public_url: str, cluster: str, app: str) -> str:

@@ -1,10 +1,10 @@
 """``python -m benchmarks COMMAND``: run one benchmark, or all of them, and write the results.
 
 Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``kube`` (1+2+3), ``memory`` (4),
-``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``all``. Prints a table while it runs; writes
-``benchmarks/results/<command>-<UTC time>.json`` and ``.md`` (git-ignored); ``--docs`` also
-writes the Markdown table to ``docs/benchmarks.md``. Local control planes are started under a
-temporary directory and deleted at the end, whatever happens.
+``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``notify`` (9), ``all``. Prints a
+table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
+(git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md``. Local control
+planes are started under a temporary directory and deleted at the end, whatever happens.
 """
 
 from __future__ import annotations
@@ -22,7 +22,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_apps, bench_git, bench_health, bench_isolation, bench_kube, bench_memory
+from benchmarks import (
+    bench_apps,
+    bench_git,
+    bench_health,
+    bench_isolation,
+    bench_kube,
+    bench_memory,
+    bench_notify,
+)
 from benchmarks.markdown import render
 
 HERE = Path(__file__).resolve().parent
@@ -59,7 +67,9 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=[*KUBE_PARTS, "memory", "git", "isolation", "apps", "health", "all"])
+    ap.add_argument(
+        "command", choices=[*KUBE_PARTS, "memory", "git", "isolation", "apps", "health", "notify", "all"]
+    )
     ap.add_argument("--sizes", default="500,2000,5000", help="objects for benchmarks 1-3")
     ap.add_argument("--memory-sizes", default="1000,5000,10000", help="objects per cluster (3 clusters)")
     ap.add_argument("--isolation-size", type=int, default=1000, help="objects per cluster (3 clusters)")
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--deployments-per-app", type=int, default=5, help="benchmark 8: Deployments in each waiting app"
     )
+    ap.add_argument("--notify-size", type=int, default=500, help="benchmark 9: objects in Git")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON and Markdown go")
@@ -121,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 root, args.health_apps, args.deployments_per_app, reps=args.reps
             )
             print(bench_health.format_line(results["health"]), flush=True)
+        if cmd in ("notify", "all"):
+            results["notify"] = bench_notify.run(root, n=args.notify_size, reps=args.reps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)

@@ -219,3 +219,18 @@ def test_benchmarks_health_smoke_counts_a_waiting_step_as_kinds_plus_children_pe
     assert health["steps"]["5 min"] > health["steps"]["1 min"] >= 4
     md = next(tmp_path.glob("health-*.md")).read_text()
     assert "## Health (3 apps x 2 Deployments waiting on one cluster)" in md
+
+
+def test_benchmarks_notify_smoke_times_a_push_and_a_hanging_sink_against_their_peers(tmp_path: Path) -> None:
+    clusters.require_control_plane()
+    assert main(["notify", "--notify-size", "30", "--reps", "1", "--out", str(tmp_path)]) == 0
+    notify = json.loads(next(tmp_path.glob("notify-*.json")).read_text())["notify"]
+    push, sink, cost = notify["rows"]
+    assert push["peer_name"] == "polling every 2 s" and len(push["push_runs"]) == 1
+    assert sink["peer_name"] == "a sink that answers at once" and len(sink["hanging_runs"]) == 10
+    assert cost["peer_name"] == "no notifications" and len(cost["none_runs"]) == 10
+    # The sink did hang: nothing reached it; the statuses piled up in its queue or were dropped.
+    assert sink["sink"]["sent"] == 0
+    assert sink["sink"]["queued"] + sink["sink"]["dropped"] + sink["sink"]["failed"] >= 10
+    md = next(tmp_path.glob("notify-*.md")).read_text()
+    assert "## Notifications and the webhook receiver (30 objects on one cluster)" in md

@@ -125,7 +125,8 @@ class Delivery:
         self._stop.set()
         with self._cv:
             self._cv.notify_all()
-        self._thread.join(min(1.0, self.sink.cfg.timeout))
+        if self._thread.ident is not None:  # started
+            self._thread.join(min(1.0, self.sink.cfg.timeout))
 
     def _count(self, r: Result) -> None:
         self.counts[r] += 1

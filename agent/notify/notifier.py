@@ -226,7 +226,8 @@ class Notifier:
         self._stop.set()
         with self._cv:
             self._cv.notify_all()
-        self._thread.join(2)
+        if self._thread.ident is not None:  # started
+            self._thread.join(2)
         for d in self.deliveries:
             d.stop(max(0.0, end - time.monotonic()))
 

@@ -25,7 +25,6 @@ rollout is Current or Failed); each state at most once per revision.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
@@ -391,8 +390,3 @@ def app_link(public_url: str, cluster: str, app: str) -> str:
 def context(agent: str, cluster: str, app: str) -> str:
     """A commit status's context (GitLab: its ``name``): one per (cluster, app)."""
     return f"{agent}/{cluster}/{app}"
-
-
-def describe(updates: Iterable[Notice]) -> list[str]:
-    """One short line per notice, for logs."""
-    return [f"{n.kind.value} {n.reason} {n.cluster}/{n.app}" for n in updates]

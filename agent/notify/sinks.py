@@ -153,11 +153,8 @@ class Sink:
         what = f"{m.kind.value} {m.reason} {m.cluster}/{m.app}"
         return Request("POST", self.url.get(), headers, raw, what)
 
-    def event(self, m: Notice) -> dict[str, Any]:
-        """Flux's event shape (``eventv1.Event``), so that existing receivers read it."""
-        return self._event(m)
-
     def _event(self, m: Notice) -> dict[str, Any]:
+        """Flux's event shape (``eventv1.Event``), so that existing receivers read it."""
         metadata = {
             "revision": m.revision,
             "cluster": m.cluster,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
 Manifest = dict[str, Any]
 #: A field path in managedFields' own vocabulary: ``("f:spec", "f:containers",
@@ -781,3 +782,8 @@ def phase_of(key: ObjectKey) -> int:
     if (key.group, key.kind) == CRD_KEY:
         return 1
     return 2 if not key.namespace else 3
+
+
+def app_page(cluster: str, app: str) -> str:
+    """The status page's path of one app: the deep link of logs, notifications and statuses."""
+    return f"/ui/clusters/{quote(cluster, safe='')}/apps/{quote(app, safe='')}"

@@ -1,7 +1,7 @@
 """``python -m benchmarks COMMAND``: run one benchmark, or all of them, and write the results.
 
 Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``kube`` (1+2+3), ``memory`` (4),
-``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``all``. Prints a
+``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10), ``all``. Prints a
 table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
 (git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md``. Local control
 planes are started under a temporary directory and deleted at the end, whatever happens.
@@ -29,6 +29,7 @@ from benchmarks import (
     bench_isolation,
     bench_kube,
     bench_memory,
+    bench_notify,
     bench_page,
 )
 from benchmarks.markdown import render
@@ -68,7 +69,8 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument(
-        "command", choices=[*KUBE_PARTS, "memory", "git", "isolation", "apps", "health", "page", "all"]
+        "command",
+        choices=[*KUBE_PARTS, "memory", "git", "isolation", "apps", "health", "page", "notify", "all"],
     )
     ap.add_argument("--sizes", default="500,2000,5000", help="objects for benchmarks 1-3")
     ap.add_argument("--memory-sizes", default="1000,5000,10000", help="objects per cluster (3 clusters)")
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--page-clusters", type=int, default=50, help="benchmark 9: clusters of the fleet")
     ap.add_argument("--page-apps", type=int, default=20, help="benchmark 9: apps on each cluster")
+    ap.add_argument("--notify-size", type=int, default=500, help="benchmark 10: objects in Git")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON and Markdown go")
@@ -138,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         if cmd in ("page", "all"):
             results["page"] = bench_page.run(args.page_clusters, args.page_apps)
             print(bench_page.format_line(results["page"]), flush=True)
+        if cmd in ("notify", "all"):
+            results["notify"] = bench_notify.run(root, n=args.notify_size, reps=args.reps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)

@@ -193,6 +193,8 @@ def render(results: dict[str, Any]) -> str:
         lines += _health(results["health"])
     if "page" in results:
         lines += _page(results["page"])
+    if "notify" in results:
+        lines += _notify(results["notify"])
     lines += [
         "## Reading these numbers",
         "",
@@ -332,6 +334,23 @@ def _page(page: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _notify(notify: dict[str, Any]) -> list[str]:
+    """Benchmark 10: push-to-pass latency, and what a hanging sink costs a pass."""
+    lines = [
+        f"## Notifications and the webhook receiver ({notify['objects']} objects on one cluster)",
+        "",
+        "| figure | ratio | agent | peer | target |",
+        "|---|---|---|---|---|",
+    ]
+    for row in notify["rows"]:
+        lines.append(
+            f"| {row['metric']} | {row['time_ratio']} | {row['agent_seconds']:.3f} s "
+            f"| {row['peer_seconds']:.3f} s ({row['peer_name']}) "
+            f"| {row['target'] + ': ' + _met(row) if 'target' in row else ''} |"
+        )
+    return [*lines, ""]
+
+
 def _targets(results: dict[str, Any]) -> list[str]:
     """One line per target with a verdict, largest size first (the figures are in the tables)."""
     out = ["## Where the targets stand", ""]
@@ -352,7 +371,8 @@ def _targets(results: dict[str, Any]) -> list[str]:
             f"- peak RSS, {row['objects_per_cluster']} objects x 3 clusters: {_met(row)} — "
             f"{row['peak_mb']} MB (< 300 MB)"
         )
-    for row in results.get("isolation", {}).get("rows", []):
+    rows = [*results.get("isolation", {}).get("rows", []), *results.get("notify", {}).get("rows", [])]
+    for row in (r for r in rows if "met" in r):
         out.append(f"- {row['metric']}: {_met(row)} — x{row['time_ratio']} ({row['target']})")
     for row in [*results.get("apps", {}).get("rows", []), *results.get("tenants", {}).get("rows", [])]:
         out.append(

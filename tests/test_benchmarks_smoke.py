@@ -244,3 +244,18 @@ def test_benchmarks_page_smoke_times_every_page_of_a_small_fleet_in_the_server(t
     assert page["grid_met"] and all(r["bytes"] > 0 for r in page["rows"])
     md = next(tmp_path.glob("page-*.md")).read_text()
     assert "## Status page (3 clusters x 2 apps, 20 objects and 5 passes each)" in md
+
+
+def test_benchmarks_notify_smoke_times_a_push_and_a_hanging_sink_against_their_peers(tmp_path: Path) -> None:
+    clusters.require_control_plane()
+    assert main(["notify", "--notify-size", "30", "--reps", "1", "--out", str(tmp_path)]) == 0
+    notify = json.loads(next(tmp_path.glob("notify-*.json")).read_text())["notify"]
+    push, sink, cost = notify["rows"]
+    assert push["peer_name"] == "polling every 2 s" and len(push["push_runs"]) == 1
+    assert sink["peer_name"] == "a sink that answers at once" and len(sink["hanging_runs"]) == 10
+    assert cost["peer_name"] == "no notifications" and len(cost["none_runs"]) == 10
+    # The sink did hang: nothing reached it; the statuses piled up in its queue or were dropped.
+    assert sink["sink"]["sent"] == 0
+    assert sink["sink"]["queued"] + sink["sink"]["dropped"] + sink["sink"]["failed"] >= 10
+    md = next(tmp_path.glob("notify-*.md")).read_text()
+    assert "## Notifications and the webhook receiver (30 objects on one cluster)" in md

@@ -59,6 +59,14 @@ NOT_A_VALUE = {
     ("health_checks", "current"),
     ("health_checks", "in_progress"),
     ("health_checks", "failed"),
+    ("notifications", "name"),
+    ("notifications", "kind"),
+    ("notifications", "url"),
+    ("receiver", "listen"),
+    ("receivers", "name"),
+    ("receivers", "kind"),
+    ("receivers", "secret_file"),
+    ("receivers", "secret_env"),
 }
 #: Tables that take the keys of another, which the reference documents once, in a sentence
 #: naming both: a `[[sources]]` entry is a `[source]` with a name, and so on.
@@ -110,6 +118,10 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
                 "decryption": {},
             }
         ],
+        "notifications": [{"name": "n", "kind": "webhook", "url": "https://hooks.example.com/n"}],
+        "alerts": {},
+        "receiver": {"listen": "127.0.0.1:9090"},
+        "receivers": [{"name": "h", "kind": "github", "secret_file": "/etc/hook-secret"}],
     }
 
 
@@ -259,10 +271,10 @@ def example_mentions() -> dict[Key, str | None]:
         if header:
             section = header.group(1)
             continue
-        setting = re.match(r"^([a-z_]+)\s*=\s*(.+?)\s*(#.*)?$", line)
+        setting = re.match(r"^([a-z_][a-z0-9_]*)\s*=\s*(.+?)\s*(#.*)?$", line)
         if setting:
             found[(section, setting.group(1))] = setting.group(2)
-        for key in re.findall(r"(?:^|[#\s])([a-z_]+)\s*=", line):
+        for key in re.findall(r"(?:^|[#\s])([a-z_][a-z0-9_]*)\s*=", line):
             found.setdefault((section, key), None)
     return found
 

@@ -147,14 +147,19 @@ def test_every_variant_is_a_complete_hardened_install(variant: str) -> None:
     assert kubeconfigs, "remote clusters' kubeconfigs come from a Secret"
     assert all(volumes[mounts[m]]["secret"]["optional"] is True for m in kubeconfigs)
 
-    # Probes and Service use the port `[agent] listen` binds.
+    # Probes and the metrics Service use the port `[agent] listen` binds; the webhook receiver,
+    # which faces the Git host, has a port and a Service of its own, and the metrics Service
+    # never exposes it (nor the receiver's Service the metrics).
     port = int(cfg.agent.listen.rpartition(":")[2])
-    (named,) = c["ports"]
-    assert named["containerPort"] == port
-    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == named["name"]
-    svc = one(docs, "Service")
-    assert svc["spec"]["ports"][0]["targetPort"] == named["name"]
-    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http": port, "webhooks": int(cfg.receiver.listen.rpartition(":")[2])}
+    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == "http"
+    services = {s["metadata"]["name"]: s for s in of_kind(docs, "Service")}
+    assert set(services) == {"gitops-agent-metrics", "gitops-agent-webhooks"}
+    for name, target in (("gitops-agent-metrics", "http"), ("gitops-agent-webhooks", "webhooks")):
+        svc = services[name]
+        assert [p["targetPort"] for p in svc["spec"]["ports"]] == [target]
+        assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
 
     # A PodDisruptionBudget only when there is more than one replica to keep.
     replicas = dep["spec"]["replicas"]
@@ -285,6 +290,7 @@ def adapted_config(tmp_path: Path, repo: Path, kubeconfig: Path, *, listen: str,
         'name = "gitops-agent"': f'name = "{name}"',
         'cache_dir = "/var/cache/gitops-agent/work"': f'cache_dir = "{tmp_path / "cache"}"',
         'listen = "0.0.0.0:8080"': f'listen = "{listen}"',
+        'listen = "0.0.0.0:9090"': f'listen = "127.0.0.1:{free_port()}"',
         'url = "https://git.example.com/platform/fleet.git"': f'url = "{repo}"',
         'token_file = "/var/run/secrets/gitops-agent/git/token"': 'token_file = ""',
         "in_cluster = true": f'kubeconfig = "{kubeconfig}"',

@@ -28,7 +28,7 @@ from agent.cli.common import (
     select_apps,
 )
 from agent.config.types import LogFormat, LogLevel, choices
-from agent.errors import AgentError, LocalClusterError, RenderError, SourceError
+from agent.errors import AgentError, ConfigError, LocalClusterError, RenderError, SourceError
 from agent.model import HealthState
 from agent.report.summary import format_summary
 
@@ -91,7 +91,13 @@ def run(
         from agent.source.sources import SourceSet
 
         # The factory builds the sources anew when a config reload changes them.
-        Daemon(cfg, SourceSet.from_config(cfg), fleet, source_factory=SourceSet.from_config).run_forever()
+        try:  # a notification or receiver secret that cannot be read: exit 2 naming its key
+            daemon = Daemon(cfg, SourceSet.from_config(cfg), fleet, source_factory=SourceSet.from_config)
+        except ConfigError as e:
+            fleet.close()
+            click.echo(f"config error: {e}", err=True)
+            sys.exit(EXIT_USAGE)
+        daemon.run_forever()
         return
     # Each source once; a failing one fails its own apps (typed: source) and the others proceed.
     chosen = [a for a in cfg.apps if not clusters or a.cluster in clusters]

@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent.config import notify
 from agent.config.apps import Placed, check_apps
 from agent.config.health_checks import HealthCheck, health_checks, wait_setting
 from agent.config.tomlreader import TableReader, type_name
@@ -336,6 +337,9 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
     management = r.get("management_kubeconfig", str, d.management_kubeconfig)
     if management:
         management = str((base_dir / os.path.expanduser(management)).resolve())
+    public_url = r.get("public_url", str, d.public_url)
+    if public_url:
+        public_url = notify.http_url(r, "public_url", public_url)
     lease_namespace = r.get("lease_namespace", str, d.lease_namespace)
     if lease_namespace and not _DNS_LABEL.match(lease_namespace):
         raise r.error("lease_namespace", f"not a valid namespace name: {lease_namespace!r}")
@@ -369,6 +373,7 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
         management_context=r.get("management_context", str, d.management_context),
         lease_namespace=lease_namespace,
         replica_id=r.get("replica_id", str, d.replica_id),
+        public_url=public_url,
         **timings,
     )
     r.finish()
@@ -559,6 +564,10 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         )
     checks = health_checks(top.get("health_checks", list) or [], "health_checks", file)
     apps = _apps(top, clusters, sources, rules, checks, base_dir)
+    sinks = notify.notifications(top)
+    alert_settings = notify.alerts(top)
+    receiver = notify.receiver(top, agent.listen)
+    hooks = notify.receivers(top, sources, receiver)
     # Before the apps are checked together: `[[app]]` is a typo, not a cluster serving no app.
     top.finish()
     check_apps(apps, clusters, file=file)
@@ -571,6 +580,10 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         file=file,
         sources=sources,
         apps=tuple(p.app for p in apps),
+        notifications=sinks,
+        alerts=alert_settings,
+        receiver=receiver,
+        receivers=hooks,
     )
 
 

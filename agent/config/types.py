@@ -129,6 +129,9 @@ class AgentSettings:
     backoff_cap: float = 600.0
     #: How often the config file is checked for changes (0 disables reloading).
     reload_interval: float = 5.0
+    #: Where people reach this agent's HTTP server (``https://gitops.example.com``): the links in
+    #: notifications and commit statuses, and the status page's deep links ("": no links).
+    public_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -378,6 +381,164 @@ def implicit_app(
     )
 
 
+class SinkKind(StrEnum):
+    """Where a ``[[notifications]]`` entry sends (``kind``)."""
+
+    #: Any HTTP endpoint: Flux's event JSON, signed Flux's way (``X-Signature``).
+    WEBHOOK = "webhook"
+    #: A Slack incoming webhook.
+    SLACK = "slack"
+    #: GitHub commit statuses (``POST /repos/{owner}/{repo}/statuses/{sha}``).
+    GITHUB = "github"
+    #: GitLab commit statuses (``POST /api/v4/projects/{id}/statuses/{sha}``).
+    GITLAB = "gitlab"
+
+
+#: Sinks that receive commit statuses; the others receive alerts.
+STATUS_SINKS: Final = frozenset({SinkKind.GITHUB, SinkKind.GITLAB})
+
+
+class Severity(StrEnum):
+    """An alert's severity (Flux's two): ``error`` while failing, ``info`` when resolved."""
+
+    INFO = "info"
+    ERROR = "error"
+
+
+class HookKind(StrEnum):
+    """Which Git host's webhook a ``[[receivers]]`` entry verifies (``kind``)."""
+
+    #: ``X-Hub-Signature-256`` (HMAC-SHA256 of the body), ``X-GitHub-Delivery``, ``X-GitHub-Event``.
+    GITHUB = "github"
+    #: ``X-Gitlab-Token`` (compared in constant time), ``X-Gitlab-Event-UUID``, ``X-Gitlab-Event``.
+    GITLAB = "gitlab"
+    #: ``X-Gitops-Signature`` (HMAC-SHA256 of timestamp and body), ``X-Gitops-Timestamp``,
+    #: ``X-Gitops-Delivery``: the same scheme the webhook sink signs with.
+    GENERIC = "generic"
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A secret named by the config: read from a file or an environment variable, never written there.
+
+    ``value`` is the only thing that does not belong in the config; readers load it
+    (``agent.notify.secrets``) and mask it wherever text leaves the agent.
+    """
+
+    file: str = ""
+    env: str = ""
+    #: A value that is not secret (a ``url`` written in the config), still masked when shown.
+    value: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.file or self.env or self.value)
+
+    @property
+    def where(self) -> str:
+        """Where it comes from, for error messages (never the value)."""
+        if self.file:
+            return f"file {self.file}"
+        if self.env:
+            return f"environment variable {self.env}"
+        return "the config"
+
+
+@dataclass(frozen=True)
+class NotificationConfig:
+    """One ``[[notifications]]`` entry: a sink and the filter of what it is sent."""
+
+    name: str
+    kind: SinkKind
+    #: The address (webhook, Slack: a Slack webhook URL carries its token, so it is a secret).
+    url: SecretRef = field(default_factory=SecretRef)
+    #: GitHub/GitLab API token.
+    token: SecretRef = field(default_factory=SecretRef)
+    #: Webhook: the HMAC key of ``X-Signature`` (none: unsigned).
+    secret: SecretRef = field(default_factory=SecretRef)
+    #: GitHub/GitLab API root ("": ``https://api.github.com``, ``https://gitlab.com``).
+    api_url: str = ""
+    #: GitHub ``owner/repo``, GitLab project path or id ("": from the app's source URL).
+    repository: str = ""
+    #: Globs of the clusters and apps it hears about.
+    clusters: tuple[str, ...] = ("*",)
+    apps: tuple[str, ...] = ("*",)
+    #: The least severity sent: ``info`` (alerts and their resolution) or ``error`` (alerts only).
+    severity: Severity = Severity.INFO
+    #: Only these reasons (``ReconcileFailed``, ``HealthFailed``, ...); empty: every reason.
+    reasons: tuple[str, ...] = ()
+    #: Seconds one attempt may take (connect and answer).
+    timeout: float = 10.0
+    #: Attempts after the first one fails (connection error, timeout, 429, 5xx).
+    retries: int = 3
+    #: Seconds before the first retry; doubles per retry.
+    retry_backoff: float = 1.0
+    #: Messages waiting for this sink at most; when full, the oldest is dropped (and counted).
+    queue_size: int = 100
+    #: Webhook: also sign timestamp and body (``X-Gitops-Timestamp``, ``X-Gitops-Signature``),
+    #: for receivers that refuse replays.
+    timestamped: bool = False
+
+    def wants(self, cluster: str, app: str) -> bool:
+        return any(fnmatch.fnmatchcase(cluster, g) for g in self.clusters) and any(
+            fnmatch.fnmatchcase(app, g) for g in self.apps
+        )
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """``[alerts]``: when a failing condition is announced, reminded of, and resolved."""
+
+    #: A failing pass alerts after this many consecutive failed passes of the app...
+    after_failures: int = 3
+    #: ...or once it has failed for this many seconds (0: only the count).
+    after: float = 0.0
+    #: Seconds between reminders while it keeps failing; the last one repeats (empty: none).
+    remind: tuple[float, ...] = (300.0, 1800.0, 7200.0)
+
+
+@dataclass(frozen=True)
+class ReceiverSettings:
+    """``[receiver]``: the listener Git hosts send push webhooks to (apart from ``[agent] listen``)."""
+
+    #: host:port ("": no receiver).
+    listen: str = ""
+    #: Larger bodies are refused (413) from their ``Content-Length``, before they are read.
+    max_body_bytes: int = 1_048_576
+    #: All hooks together: requests per minute, and how many may come at once.
+    rate_limit: int = 600
+    burst: int = 100
+    #: Requests handled at once; more are answered 503.
+    max_in_flight: int = 16
+    #: Seconds a client may take to send its request.
+    read_timeout: float = 10.0
+    #: How long a delivery id is remembered: the same id again is a replay (409).
+    replay_window: float = 86400.0
+    #: Generic hooks: how far ``X-Gitops-Timestamp`` may be from now.
+    timestamp_tolerance: float = 300.0
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """One ``[[receivers]]`` entry: ``POST /hook/<name>`` from one Git host."""
+
+    name: str
+    kind: HookKind
+    secret: SecretRef = field(default_factory=SecretRef)
+    #: Also accepted while secrets are rotated.
+    previous_secret: SecretRef = field(default_factory=SecretRef)
+    #: The sources a push may concern (empty: every source).
+    sources: tuple[str, ...] = ()
+    #: GitHub: accept ``X-Hub-Signature`` (HMAC-SHA1) when no SHA-256 signature came.
+    allow_sha1: bool = False
+    #: This hook's requests per minute and burst (over it: 429).
+    rate_limit: int = 60
+    burst: int = 20
+
+
+ALERT_DEFAULTS: Final = AlertSettings()
+RECEIVER_DEFAULTS: Final = ReceiverSettings()
+
+
 #: The defaults as values, for whatever takes a setting's default without a config at hand
 #: (option dataclasses: ``concurrency: int = CLUSTER_DEFAULTS.concurrency``).
 AGENT_DEFAULTS: Final = AgentSettings()
@@ -401,6 +562,11 @@ class Config:
     #: Every (app, cluster): the implicit apps of `[[clusters]]` entries in their order, then
     #: `[[apps]]` entries in theirs, each expanded over its clusters in the order listed.
     apps: tuple[AppConfig, ...] = ()
+    #: `[[notifications]]`, `[alerts]`, `[receiver]` and `[[receivers]]` (docs/notifications.md).
+    notifications: tuple[NotificationConfig, ...] = ()
+    alerts: AlertSettings = ALERT_DEFAULTS
+    receiver: ReceiverSettings = RECEIVER_DEFAULTS
+    receivers: tuple[HookConfig, ...] = ()
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:

@@ -32,6 +32,7 @@ from agent.config.types import AGENT_DEFAULTS, SCHEDULE_JITTER, ClusterConfig, C
 from agent.errors import AgentError
 from agent.kube.client import KubeClient
 from agent.model import ClusterResult, Failure, FailureReason, Outcome, PassState, Revision
+from agent.notify.notifier import PassObserver
 from agent.reconcile.apps import Revisions, cluster_apps, combined, revisions_of
 from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
@@ -83,6 +84,8 @@ class Fleet:
         self.emit_events = emit_events
         #: Per-cluster write gate (leases, shutdown): None or the reason writes are refused.
         self.fence: Callable[[str], str | None] | None = None
+        #: Told of each app's pass and wait (the daemon's notifier); it only queues, never blocks.
+        self.observer: PassObserver | None = None
         self._factory = reconciler_factory
         #: One cache for every cluster: clusters serving the same paths and vars share one render
         #: (and one copy of its objects); it outlives reconcilers replaced after a deadline or a reload.
@@ -220,6 +223,11 @@ class Fleet:
         for app in wanted:
             st = slot.status.app(app)
             st.last_run = started
+        if self.observer is not None and not dry_run:
+            sources = {a.name: a.source for a in cluster_apps(self.config, slot.cluster)}
+            for app in wanted:
+                if (rev := revisions.get(sources.get(app, ""))) is not None:
+                    self.observer.started(name, app, rev.sha)
         t.start()
         end = started + deadline
         while t.is_alive() and time.monotonic() < end and not self._closing.is_set():
@@ -321,6 +329,8 @@ class Fleet:
             st.failures += 1
         self.metrics.record(result)
         self.metrics.app_state(result.cluster, app, failures=st.failures, suspended=suspended)
+        if self.observer is not None:
+            self.observer.finished(result)
         nxt = slot.status.next_run
         self.metrics.next_run_at(result.cluster, nxt.timestamp() if nxt else None)
         for r in events.reportable(result):  # one line per failed/pruned/unread object, Secret-safe

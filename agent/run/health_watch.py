@@ -1,10 +1,10 @@
 """The fleet's waits on rollouts: step each cluster's, and record what they read.
 
 ``Fleet.health`` steps one cluster's due waits (``ClusterReconciler.step_health``) and
-records each app's health in its status, its metrics, the log (a line when the state changes)
-and an Event when a wait ends (``HealthFailed`` naming the blocker, or ``HealthCurrent``). The
-daemon calls ``step`` from each cluster's health job; ``run --once`` calls ``wait`` and returns
-when every wait has ended.
+records each app's health in its status, its metrics, the log (a line when the state changes),
+the fleet's ``observer`` (notifications) and an Event when a wait ends (``HealthFailed`` naming
+the blocker, or ``HealthCurrent``). The daemon calls ``step`` from each cluster's health job;
+``run --once`` calls ``wait`` and returns when every wait has ended.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import structlog
 
 from agent.config.types import Config
 from agent.model import AppHealth, ClusterResult, HealthState, PassState, Revision
+from agent.notify.notifier import PassObserver
 from agent.reconcile.apps import Revisions
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.report import events
@@ -33,6 +34,7 @@ class Fleet(Protocol):
     config: Config
     metrics: Metrics
     emit_events: bool
+    observer: PassObserver | None
 
     @property
     def reconcilers(self) -> dict[str, ClusterReconciler]: ...
@@ -172,6 +174,8 @@ class HealthWatch:
                 current=f"{health.current}/{health.objects}",
                 detail=health.health.describe(),
             )
+        if ended and fleet.observer is not None:
+            fleet.observer.health(cluster, health)
         if ended and fleet.emit_events:
             try:
                 events.emit_health(

@@ -11,8 +11,11 @@ jitter), with exponential per-app backoff after failures (reset on success).
 A triggered pass runs the cluster's apps that are due (``Fleet.due_apps``); a
 ``sync``, a config reload or a Lease acquired runs all of them. A tick job
 whose silence is the only thing ``/healthz`` reports (docs/safety.md rule 7); config
-reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM.
-Called by ``gitops-agent run`` (``cli``) and the tests.
+reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM. With
+``[[notifications]]``, a ``Notifier`` the fleet tells of every pass and wait (alerts, commit
+statuses: ``agent.notify``); with ``[receiver] listen``, a ``Receiver`` whose pushes poll their
+sources at once (``request_poll``: one poll at a time per source, later pushes coalesced into one
+more). Called by ``gitops-agent run`` (``cli``) and the tests.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -45,11 +49,15 @@ from agent.config.types import (
 )
 from agent.errors import ConfigError
 from agent.model import PassState, Revision
+from agent.notify import store as notify_store
+from agent.notify.delivery import NotifyMetrics
+from agent.notify.notifier import Notifier
 from agent.reconcile.apps import cluster_apps
+from agent.run import record_store
 from agent.run.fleet import Fleet, backoff_delay
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
-from agent.run.record_store import ConfigMapStore, FileStore, RecordStore
+from agent.run.receiver import Receiver
 from agent.run.server import HealthServer
 from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage, token_from_file
 from agent.source.sources import SourceSet
@@ -143,6 +151,30 @@ class Daemon:
                 busy=fleet.busy,
             )
         fleet.fence = self._fence
+        #: Sources a push asked to poll, the push pollers running, one poll lock per source.
+        self._dirty: set[str] = set()
+        self._pushers: set[str] = set()
+        self._poll_locks: dict[str, threading.Lock] = {}
+        self.notifier: Notifier | None = None
+        if config.notifications:
+            self.notifier = Notifier(
+                config,
+                store=self._notify_store(settings),
+                metrics=NotifyMetrics(self.metrics.registry),
+                fence=self._fence,
+                clusters=fleet.names,
+                instance=settings.identity or socket.gethostname(),
+                config_of=lambda: self.config,
+            )
+            fleet.observer = self.notifier
+        self.receiver: Receiver | None = None
+        if config.receiver.listen:
+            self.receiver = Receiver(
+                config,
+                on_push=self.request_poll,
+                registry=self.metrics.registry,
+                sources=lambda: {n: self.sources.source(n).config for n in self.sources.names},
+            )
         self.scheduler = BackgroundScheduler(
             executors={n: ThreadPoolExecutor(max_workers=1) for n in ("default", "loop", "reload")},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
@@ -174,11 +206,13 @@ class Daemon:
             raise ConfigError("agent.ui_token_file", f"cannot read {a.ui_token_file}: {e}") from e
         if a.ui_token_file and not token:
             raise ConfigError("agent.ui_token_file", f"{a.ui_token_file} is empty")
-        store: RecordStore
+        store: record_store.RecordStore
         if settings.enabled:
-            store = ConfigMapStore(management_client(settings), namespace=settings.namespace, agent=a.name)
+            store = record_store.ConfigMapStore(
+                management_client(settings), namespace=settings.namespace, agent=a.name
+            )
         else:
-            store = FileStore(Path(a.cache_dir).expanduser() / "status")
+            store = record_store.FileStore(Path(a.cache_dir).expanduser() / "status")
         page = StatusPage(
             self._page_snapshot, store, access=access(a.listen, token), token=token, shared=settings.enabled
         )
@@ -208,6 +242,15 @@ class Daemon:
     def _may_write(self, cluster: str) -> bool:
         """Whether this replica records ``cluster``: the holder of its Lease, or the only agent."""
         return self.leases is None or self.leases.holds(cluster)
+
+    def _notify_store(self, settings: LeaseSettings) -> notify_store.StateStore:
+        """Beside the Leases in the management cluster; without one, under the cache directory."""
+        if self.leases is not None:
+            return notify_store.ConfigMapStore(
+                self.leases.client, namespace=settings.namespace, agent=self.config.agent.name
+            )
+        root = Path(os.path.expanduser(self.config.agent.cache_dir))
+        return notify_store.FileStore(root / "notify" / self.config.agent.name)
 
     # -- what the endpoints ask ---------------------------------------------------
 
@@ -268,6 +311,8 @@ class Daemon:
             "config_error": self.config_error,
             "stopping": self.stopping,
             "leases": self.leases.to_json() if self.leases else None,
+            "notifications": self.notifier.to_json() if self.notifier else None,
+            "receiver": self.receiver.to_json() if self.receiver else None,
             "clusters": clusters,
         }
 
@@ -301,6 +346,10 @@ class Daemon:
             self.health.start()
         if self.leases is not None:
             self.leases.start()
+        if self.notifier is not None:
+            self.notifier.start()
+        if self.receiver is not None:
+            self.receiver.start()
         for name in self.sources.names:
             self._add_source_job(name)
         self.scheduler.add_job(self._tick, "interval", seconds=self.opts.tick, id="tick", executor="loop")
@@ -409,9 +458,46 @@ class Daemon:
         self.last_tick = time.monotonic()
         self.metrics.tick.set(time.time())
 
+    def request_poll(self, names: Iterable[str], why: str) -> None:
+        """Poll ``names`` now, each on a thread of its own (the receiver's pushes): while a poll of
+        a source runs, any number of further requests add up to one more poll after it."""
+        for name in names:
+            with self._lock:
+                if self.stopping:
+                    return
+                self._dirty.add(name)
+                if name in self._pushers:
+                    continue
+                self._pushers.add(name)
+            log.info("poll requested", source=name, why=why)
+            threading.Thread(target=self._push_loop, args=(name,), name=f"push-{name}", daemon=True).start()
+
+    def _push_loop(self, name: str) -> None:
+        while True:
+            with self._lock:
+                if name not in self._dirty or self.stopping:
+                    self._pushers.discard(name)
+                    return
+                self._dirty.discard(name)
+            try:
+                if name in self.sources.names:
+                    self.poll(name)
+            except Exception as e:  # a bad poll must not end the pushes of this source
+                log.exception("requested poll crashed", source=name, error=str(e))
+
     def poll(self, name: str | None = None) -> None:
         """Poll one source (every source when ``name`` is None); a new revision triggers the
-        clusters with an app on that source. A failed source keeps its last revision."""
+        clusters with an app on that source. A failed source keeps its last revision. One poll
+        of a source at a time: its job's and the ones pushes request wait for each other."""
+        if name is None:
+            self._poll(None)
+            return
+        with self._lock:
+            lock = self._poll_locks.setdefault(name, threading.Lock())
+        with lock:
+            self._poll(name)
+
+    def _poll(self, name: str | None) -> None:
         sources = self.sources
         t0 = time.monotonic()
         result = sources.poll(None if name is None else [name])
@@ -548,6 +634,8 @@ class Daemon:
 
     def _lease_changed(self, name: str, held: bool) -> None:
         self.metrics.lease_held.labels(name).set(1 if held else 0)
+        if held and self.notifier is not None:
+            self.notifier.lease_acquired(name)
         st = self.fleet.status.get(name)
         if st is not None:
             st.holder = self.leases.holder(name) if self.leases else ""
@@ -591,6 +679,12 @@ class Daemon:
         if new.agent != old.agent:
             log.warning("[agent] settings changed; they take effect after a restart")
             new = replace(new, agent=old.agent)
+        kept = ("notifications", "alerts", "receiver", "receivers")
+        if any(getattr(new, k) != getattr(old, k) for k in kept):
+            log.warning(
+                "[[notifications]], [alerts], [receiver] and [[receivers]] take effect after a restart"
+            )
+            new = replace(new, **{k: getattr(old, k) for k in kept})
         sources_changed = SourceSet.wanted(new) != SourceSet.wanted(old)
         added, removed, changed = self.fleet.update(new)
         self.config = new
@@ -657,6 +751,10 @@ class Daemon:
             # Safe: the inventory is widened before applying and narrowed only after pruning,
             # so a pass cut short leaves every applied object tracked (docs/safety.md rule 10).
             log.warning("abandoning passes still running after the grace period", clusters=left)
+        if self.receiver is not None:
+            self.receiver.stop()
+        if self.notifier is not None:  # what the passes told it: decided and sent, within the grace
+            self.notifier.stop(flush=max(0.0, min(5.0, deadline - time.monotonic())))
         self._shut = "agent shut down"
         self.fleet.abandon_all(self._shut)
         if self.leases is not None:

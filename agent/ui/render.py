@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode
 import jinja2
 
 from agent.config.types import PAGE_REFRESH
+from agent.model import app_page
 from agent.ui.records import AppRecord, EventEntry, PassEntry
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -27,8 +28,9 @@ STATIC_FILES = {"page.css": "text/css; charset=utf-8", "refresh.js": "text/javas
 
 
 def app_path(cluster: str, app: str) -> str:
-    """The deep link of one app: ``/ui/clusters/<cluster>/apps/<app>`` (each part quoted)."""
-    return f"/ui/clusters/{quote(cluster, safe='')}/apps/{quote(app, safe='')}"
+    """The deep link of one app: ``/ui/clusters/<cluster>/apps/<app>`` (each part quoted; the
+    notifications' links name the same page)."""
+    return app_page(cluster, app)
 
 
 def cluster_path(cluster: str) -> str:

@@ -6,8 +6,9 @@ reading of a wait (``after_health``), and persists a record only when ``encode``
 a steady pass (same revision and state, nothing applied, pruned or failed anew) leaves the record
 as it was, so a steady fleet writes nothing. The page renders records, never results.
 
-Secret-safe by construction, whatever later renders it (docs/safety.md rule 11): a Secret's
-object row carries no message but its HTTP status, its Events go through ``events.message_for``,
+Secret-safe by construction, whatever later renders it (docs/safety.md rule 11): the object
+row of a Secret, or of an object holding values decrypted from Git, carries no message but its
+HTTP status, its Events go through ``events.message_for``,
 and the values of a yielded secret field are masked again here (the plan masked them already).
 """
 
@@ -111,7 +112,8 @@ class ObjectRow:
 
     @classmethod
     def of(cls, r: ApplyResult) -> ObjectRow:
-        secret = r.key.kind == "Secret" and r.key.group == ""
+        # A Secret, or an object holding values decrypted from Git (``sensitive``).
+        secret = (r.key.kind == "Secret" and r.key.group == "") or r.sensitive
         if secret:
             # A server's validation message may quote a value: its status code only.
             message = f"HTTP {r.status}" if r.outcome is Outcome.FAILED else ""

@@ -175,10 +175,11 @@ def token_of(kubeconfig: Path) -> str:
 
 
 def on_free_port(docs: list[Doc]) -> tuple[Doc, dict[str, str]]:
-    """The Deployment and its ConfigMap's data, moved off port 8080.
+    """The Deployment and its ConfigMap's data, moved off ports 8080 and 9090.
 
     With host networking a pod's port is the machine's; tests running side by side would
-    collide on 8080, so `[agent] listen` and the containerPort the probes use move together.
+    collide there, so each listener of the config (`[agent] listen`, `[receiver] listen`) and
+    the containerPort of the same name (`http`, `webhooks`: the probes use `http`) move together.
     """
     deployment = one(docs, "Deployment")
     (cm,) = [
@@ -186,14 +187,17 @@ def on_free_port(docs: list[Doc]) -> tuple[Doc, dict[str, str]]:
         for d in docs
         if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("gitops-agent-config")
     ]
-    port = free_port()
     data = dict(cm["data"])
-    assert data["config.toml"].count('listen = "0.0.0.0:8080"') == 1
-    data["config.toml"] = data["config.toml"].replace('listen = "0.0.0.0:8080"', f'listen = "0.0.0.0:{port}"')
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
-    (http,) = c["ports"]
-    assert http["containerPort"] == 8080
-    http["containerPort"] = port
+    ports = {p["name"]: p for p in c["ports"]}
+    assert sorted(ports) == ["http", "webhooks"], ports
+    for name, shipped in (("http", 8080), ("webhooks", 9090)):
+        port = free_port()
+        listen = f'listen = "0.0.0.0:{shipped}"'
+        assert data["config.toml"].count(listen) == 1, listen
+        data["config.toml"] = data["config.toml"].replace(listen, f'listen = "0.0.0.0:{port}"')
+        assert ports[name]["containerPort"] == shipped
+        ports[name]["containerPort"] = port
     return deployment, {cm["metadata"]["name"]: data}
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import pygit2
 
+from agent import GIT_CHILD
 from agent.errors import SourceError
 from agent.source.auth import (
     AgentCallbacks,
@@ -111,6 +112,7 @@ def _run(request: dict[str, Any], url: str, creds: Credentials, timeout: float) 
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
+        GIT_CHILD: "1",  # no logging set up in the child (agent/__init__.py)
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent.source.remote"],

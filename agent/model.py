@@ -745,9 +745,11 @@ GROUP_KINDS = "applyset.kubernetes.io/contains-group-kinds"
 ADDITIONAL_NAMESPACES = "applyset.kubernetes.io/additional-namespaces"
 #: On every ApplySet parent and Lease: the agent it belongs to, so one labelled LIST finds all.
 AGENT_LABEL = "gitops-agent.io/agent"
-#: On a parent: the app is suspended; a mass-deletion approval; the entry that claims it.
+#: On a parent: the app is suspended; a mass-deletion approval; the prune set the brake holds
+#: (so an approval of any other set is refused at once); the entry that claims it.
 SUSPENDED = "gitops-agent.io/suspended"
 PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
+PRUNE_HELD = "gitops-agent.io/prune-held-digest"
 CLAIMED_BY = "gitops-agent.io/claimed-by"
 #: On a status page record (a ConfigMap in the management cluster): what it records ("status").
 RECORD_LABEL = "gitops-agent.io/record"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agent.apply.inventory import Inventory
 from agent.config.types import Config
 from agent.dev.process import LocalCluster
 from agent.model import PART_OF, ObjectKey, Outcome, PruneReason
@@ -73,14 +74,19 @@ def live(cluster: LocalCluster, ns: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def parent_of(cfg: Config, cluster: LocalCluster, app: str) -> tuple[bool, set[ObjectKey]]:
-    """Whether ``app``'s ApplySet parent exists, and its members."""
+def inventory_of(cfg: Config, cluster: LocalCluster, app: str) -> Inventory:
+    """``app``'s ApplySet parent as read now."""
     store = parent(cfg, cluster, app)
     try:
-        inv = store.load()
-        return inv.exists, set(inv.members)
+        return store.load()
     finally:
         store.client.close()
+
+
+def parent_of(cfg: Config, cluster: LocalCluster, app: str) -> tuple[bool, set[ObjectKey]]:
+    """Whether ``app``'s ApplySet parent exists, and its members."""
+    inv = inventory_of(cfg, cluster, app)
+    return inv.exists, set(inv.members)
 
 
 def cm_keys(ns: str, names: list[str]) -> set[ObjectKey]:
@@ -145,12 +151,14 @@ def test_an_app_pointed_at_an_empty_directory_is_deleted_only_after_its_brake_di
     digest = refusal.message.split("--digest ")[1].split("`")[0]
     assert live(a, ns) == before, "the brake let a write or deletion through"
 
-    # A digest that is not one is refused; one that is not this set's is recorded but lifts nothing.
+    # The pass recorded the set it holds; a digest that is not one, or not that set's, is refused.
+    assert inventory_of(cfg, a, "beta").held_digest == digest
     out = cli("prune", "approve", "--config", conf, "--cluster", "pool-a", "--app", "beta", "--digest", "no!")
     assert out.returncode == 2 and "--digest" in out.stderr, (out.returncode, out.stderr)
     wrong = "0" * len(digest)
     out = cli("prune", "approve", "--config", conf, "--cluster", "pool-a", "--app", "beta", "--digest", wrong)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 2 and f"holds prune set {digest}" in out.stderr, (out.returncode, out.stderr)
+    assert "nothing approved" in out.stderr and not inventory_of(cfg, a, "beta").approved_digest
     held = agent.reconcile()["beta"]
     assert held.prune_refusal is not None and held.prune_refusal.reason is PruneReason.BRAKE, held
     assert digest in held.prune_refusal.message and held.count(Outcome.PRUNED) == 0
@@ -170,6 +178,7 @@ def test_an_app_pointed_at_an_empty_directory_is_deleted_only_after_its_brake_di
     after = live(a, ns)
     assert after == {n: before[n] for n in A_NAMES}, "alpha's objects changed, or beta's survived"
     assert parent_of(cfg, a, "beta") == (True, set())
+    assert inventory_of(cfg, a, "beta").held_digest == "", "the released hold stayed recorded"
 
     # Then the app leaves the config; the agent leaves its empty parent, for the operator to delete.
     final = write_apps_config(tmp_path, repo, a, [APP_A], agent=agent_name, file="final.toml")

@@ -46,6 +46,7 @@ from agent.model import (
     GROUP_KINDS,
     ID_LABEL,
     PRUNE_APPROVAL,
+    PRUNE_HELD,
     SUSPENDED,
     TOOLING,
     ObjectKey,
@@ -129,6 +130,11 @@ class Inventory:
     @property
     def approved_digest(self) -> str:
         return self.annotations.get(PRUNE_APPROVAL, "")
+
+    @property
+    def held_digest(self) -> str:
+        """The prune set the brake held in the last pass (``""``: none)."""
+        return self.annotations.get(PRUNE_HELD, "")
 
     @property
     def claimed_by(self) -> str:

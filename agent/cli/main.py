@@ -213,16 +213,31 @@ def prune_approve(config_file: str, cluster_name: str, app_name: str | None, dig
     rec = ClusterReconciler(cfg, cluster)
     try:
         store: InventoryStore = rec.store_for(rec.parent_of(app.name))
-        if not store.load().exists:
+        inventory = store.load()
+        if not inventory.exists:
             click.echo(f"{where} has no inventory yet: nothing to approve", err=True)
             sys.exit(EXIT_FAILED)
+        held = inventory.held_digest
+        if held and held != digest:
+            click.echo(
+                f"prune approve: the brake holds prune set {held} for {where}, not {digest}: nothing approved"
+                " (did the set change since that digest was printed? read it again from the last pass)",
+                err=True,
+            )
+            sys.exit(EXIT_USAGE)
         store.set_annotation(PRUNE_APPROVAL, digest)
     except AgentError as e:
         click.echo(f"prune approve: {e}", err=True)
         sys.exit(EXIT_FAILED)
     finally:
         rec.close()
-    click.echo(f"approved prune set {digest} for {where}; the next pass deletes exactly that set")
+    if held:
+        click.echo(f"approved prune set {digest} for {where}; the next pass deletes exactly that set")
+    else:  # approving ahead, e.g. from a pull request's diff report
+        click.echo(
+            f"approved prune set {digest} for {where}; no set is held now: a pass deletes it only if its"
+            " prune set has exactly this digest"
+        )
 
 
 # -- local control plane --------------------------------------------------------

@@ -39,6 +39,7 @@ from agent.errors import (
 from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
+    PRUNE_HELD,
     Action,
     ApiFinding,
     ApiProblem,
@@ -599,6 +600,9 @@ class ClusterReconciler(ClusterStages):
             if live.errors:
                 refusal = replace(refusal, message=f"{refusal.message} [{'; '.join(live.errors)}]")
             result.prune_refusal = refusal
+        held = decision.digest if decision.refusal and decision.refusal.reason is PruneReason.BRAKE else ""
+        if not dry_run and inventory.exists and held != inventory.held_digest:
+            store.set_annotation(PRUNE_HELD, held or None)  # written when it changes, never each pass
         result.results.extend(prune_stage.execute(client, decision, prune_options))
         if not dry_run:
             members = narrowed(run.members, mine, live, result.results, decision.gone)

@@ -94,6 +94,14 @@ def test_live_diff_groups_a_two_app_cluster_by_app_and_flags_the_object_both_dec
     md = CliRunner().invoke(diff, ["--config", str(swapped.file), "--format", "markdown"]).stdout
     assert md.index("#### pool-a") < md.index("##### App `second`") < md.index("##### App `first`")
     assert "apps/first/shared.yaml" in md and "apps/second/shared.yaml" in md
+    # Narrowed with --app to the app that does not manage it: still flagged, still not its write.
+    result, doc = run_diff("--config", str(swapped.file), "--cluster", "pool-a", "--app", "second")
+    assert result.exit_code == 1, result.output
+    narrowed = by_app(doc)
+    assert list(narrowed) == ["second"]
+    (c,) = narrowed["second"][key]["appConflicts"]
+    assert (c["holder"], c["other"]) == ("first", "second"), c
+    assert narrowed["second"][key]["action"] == "skip", narrowed["second"][key]
     live = json.loads(kubectl(a.kubeconfig, "get", "configmap", "shared", "-n", ns, "-o", "json"))
     assert live["data"] == {"k": "first"}  # the diff wrote nothing
 

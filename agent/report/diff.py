@@ -161,6 +161,8 @@ class Preview:
     report: AppReport
     declared: Mapping[ObjectKey, DesiredObject] = field(default_factory=dict)
     held: frozenset[ObjectKey] = frozenset()
+    #: The ApplySet each declared object is a member of, as read live (absent: none or unread).
+    sets: Mapping[ObjectKey, str] = field(default_factory=dict)
 
 
 def preview_app(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> Preview:
@@ -234,11 +236,12 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
     prune_refused = decision.refused
     for result in prune_stage.execute(client, decision, prune_options):
         objects.append(_prune_report(result, live, secrets))
-    held = frozenset(
-        k
+    sets = {
+        k: part_of
         for k in by_key
-        if (((live.objects.get(k) or {}).get("metadata") or {}).get("labels") or {}).get(PART_OF) == store.id
-    )
+        if (part_of := (((live.objects.get(k) or {}).get("metadata") or {}).get("labels") or {}).get(PART_OF))
+    }
+    held = frozenset(k for k, part_of in sets.items() if part_of == store.id)
     report = AppReport(
         name,
         objects=sort_objects(objects),
@@ -246,7 +249,30 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
         prune_refused=prune_refused,
         notes=tuple(notes),
     )
-    return Preview(report, by_key, held)
+    return Preview(report, by_key, held, sets)
+
+
+def declared_by(
+    rec: ClusterReconciler, target: Target, app: AppConfig, selected: Sequence[Preview]
+) -> Preview:
+    """What an app left out of ``--app`` declares, rendered only (no request), so a conflict
+    with it is still flagged; it holds what the selected apps read live in its ApplySet."""
+    spec = rec.spec_for(app)
+    if isinstance(target, Mapping):
+        if app.source not in target:
+            raise SourceError(f"source {app.source!r} delivered no revision")
+        target = target[app.source]
+    if isinstance(target, Revision):
+        desired_set = rec.render_cache.render(target.tree, spec, revision=target.sha)
+    else:
+        desired_set = render(target, spec, revision="")
+    store_id = rec.store_for(rec.parent_of(app.name)).id
+    desired = rec.prepare(desired_set, store_id, default_namespace=app.settings.default_namespace)
+    by_key = {o.key: o for o in desired}
+    held = frozenset(
+        k for p in selected for k, part_of in p.sets.items() if k in by_key and part_of == store_id
+    )
+    return Preview(AppReport(app.name), by_key, held)
 
 
 def flag_app_conflicts(previews: Sequence[Preview], *, skip_others: bool) -> tuple[AppReport, ...]:
@@ -463,7 +489,20 @@ def run_live(
         wanted = list(apps.get(rec.cluster.name, ())) if apps is not None else list(rec.apps)
         if not wanted or (len(wanted) == 1 and wanted[0].implicit and not isinstance(target, Mapping)):
             return (preview_app(rec, target).report,)
-        return flag_app_conflicts([preview_app(rec, target, a) for a in wanted], skip_others=True)
+        selected = [preview_app(rec, target, a) for a in wanted]
+        others: list[Preview] = []
+        unknown: list[str] = []
+        for a in rec.apps:
+            if a in wanted:
+                continue
+            try:
+                others.append(declared_by(rec, target, a, selected))
+            except Exception as e:  # a note: the selected apps' report stands
+                unknown.append(
+                    f"app {a.name!r} (not selected) did not render, so conflicts with it are unknown: {e}"
+                )
+        reports = flag_app_conflicts([*selected, *others], skip_others=True)[: len(selected)]
+        return tuple(replace(r, notes=(*r.notes, *unknown)) if unknown else r for r in reports)
 
     def work(cluster: ClusterConfig) -> None:
         if progress:

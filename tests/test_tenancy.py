@@ -210,6 +210,16 @@ def test_a_tenant_writing_outside_its_scope_is_refused_before_any_request_and_th
         # Its health is read as tenant B too (namespace-bound: listed in its namespace).
         (health,) = rec.step_health()
         assert health.app == "tenant-b" and health.state is HealthState.CURRENT, health
+        whole = [
+            s
+            for s in client.sent
+            if s[0] == "GET"
+            and s[1] == "/api/v1/configmaps"
+            and s[2] == "system:serviceaccount:team-b:gitops-tenant"
+        ]
+        assert len(whole) == 1, (
+            f"the health read asked again for the whole kind the pass was refused: {whole}"
+        )
     finally:
         rec.close()
     assert not exists(c, "configmap", mine, "-n", "team-a"), "nothing of tenant A written"

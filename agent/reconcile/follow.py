@@ -136,9 +136,12 @@ class Follows:
         follow.beat = HEALTH_POLL_MAX
         follow.due = now + HEALTH_POLL_MAX
 
-    def step(self, client: KubeClient, follow: Follow, now: float) -> AppHealth:
-        """Read ``follow``'s objects once and record what the wait makes of them."""
-        reading = read(client, follow.membership, follow.keys, checks=follow.checks)
+    def step(
+        self, client: KubeClient, follow: Follow, now: float, namespaced: set[tuple[str, str]] | None = None
+    ) -> AppHealth:
+        """Read ``follow``'s objects once and record what the wait makes of them (``namespaced``:
+        see ``health_read.read``)."""
+        reading = read(client, follow.membership, follow.keys, checks=follow.checks, namespaced=namespaced)
         follow.requests += reading.requests
         tracker = follow.tracker
         for key in reading.excluded:

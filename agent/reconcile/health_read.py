@@ -47,8 +47,12 @@ def read(
     keys: Iterable[ObjectKey],
     *,
     checks: Sequence[HealthCheck] = (),
+    namespaced: set[tuple[str, str]] | None = None,
 ) -> Reading:
-    """The health of ``keys`` (members of the set ``membership``), each assessed with ``checks``."""
+    """The health of ``keys`` (members of the set ``membership``), each assessed with ``checks``.
+
+    ``namespaced``: the kinds this identity may list only per namespace (shared with the pass's
+    live reads, which learn it first), listed so straight away; a refused whole adds its kind."""
     out = Reading()
     by_kind: dict[tuple[str, str], set[ObjectKey]] = {}
     for k in keys:
@@ -62,7 +66,7 @@ def read(
                     HealthState.UNKNOWN, f"the cluster does not serve {k.group_kind}", reason="NotServed"
                 )
             continue
-        items, failed = _list_members(client, info, f"{PART_OF}={membership}", wanted, out)
+        items, failed = _list_members(client, info, f"{PART_OF}={membership}", wanted, out, namespaced)
         if isinstance(failed, ApiError):
             for k in wanted:
                 out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {failed}", reason="ReadFailed")
@@ -89,17 +93,26 @@ def read(
 
 
 def _list_members(
-    client: KubeClient, info: ResourceInfo, selector: str, wanted: set[ObjectKey], out: Reading
+    client: KubeClient,
+    info: ResourceInfo,
+    selector: str,
+    wanted: set[ObjectKey],
+    out: Reading,
+    namespaced: set[tuple[str, str]] | None,
 ) -> tuple[list[Manifest], ApiError | dict[str, ApiError] | None]:
     """The labelled LIST of one kind: cluster-wide, or per namespace of ``wanted`` where RBAC is
     namespaced (an app acting as a namespace-bound ServiceAccount). The error of the whole, or of
     each namespace whose listing failed."""
-    try:
-        out.requests += 1
-        return list(client.list(info, label_selector=selector).items), None
-    except ApiError as e:
-        if e.status != 403 or not info.namespaced:
-            return [], e
+    gk = (info.group, info.kind)
+    if namespaced is None or gk not in namespaced or not info.namespaced:
+        try:
+            out.requests += 1
+            return list(client.list(info, label_selector=selector).items), None
+        except ApiError as e:
+            if e.status != 403 or not info.namespaced:
+                return [], e
+        if namespaced is not None:
+            namespaced.add(gk)
     items: list[Manifest] = []
     failed: dict[str, ApiError] = {}
     for namespace in sorted({k.namespace for k in wanted}):

@@ -485,7 +485,9 @@ class ClusterReconciler(ClusterStages):
         out = []
         for follow in self.follows.pending(now):
             try:
-                health = self.follows.step(self.client.impersonating(follow.service_account), follow, now)
+                client = self.client.impersonating(follow.service_account)
+                lists = self._namespaced_lists.setdefault(follow.service_account, set())
+                health = self.follows.step(client, follow, now, lists)
             except AgentError as e:  # unreachable now: the wait goes on, read again later
                 self.follows.postpone(follow, now)
                 log.warning("health not read", cluster=self.cluster.name, app=follow.app, error=str(e))

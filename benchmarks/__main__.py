@@ -1,7 +1,8 @@
 """``python -m benchmarks COMMAND``: run one benchmark, or all of them, and write the results.
 
 Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``kube`` (1+2+3), ``memory`` (4),
-``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10), ``all``. Prints a
+``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10), ``all``; and
+``chaos`` (not in ``all``: the chaos and soak run, ``benchmarks/chaos``, docs/reliability.md). Prints a
 table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
 (git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md``. Local control
 planes are started under a temporary directory and deleted at the end, whatever happens.
@@ -70,7 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument(
         "command",
-        choices=[*KUBE_PARTS, "memory", "git", "isolation", "apps", "health", "page", "notify", "all"],
+        choices=[
+            *KUBE_PARTS,
+            "memory",
+            "git",
+            "isolation",
+            "apps",
+            "health",
+            "page",
+            "notify",
+            "all",
+            "chaos",
+        ],
     )
     ap.add_argument("--sizes", default="500,2000,5000", help="objects for benchmarks 1-3")
     ap.add_argument("--memory-sizes", default="1000,5000,10000", help="objects per cluster (3 clusters)")
@@ -96,6 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--notify-size", type=int, default=500, help="benchmark 10: objects in Git")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
+    ap.add_argument(
+        "--duration", type=float, default=3600.0, help="chaos: seconds of faults (first round always whole)"
+    )
+    ap.add_argument(
+        "--seed", type=int, default=1, help="chaos: the schedule's seed (a run is reproduced by it)"
+    )
+    ap.add_argument(
+        "--faults", default="", help="chaos: only these fault kinds, comma-separated (default: all)"
+    )
+    ap.add_argument(
+        "--plant",
+        default=None,
+        help="chaos: run an agent with this prune guard disabled (brake, fail-closed)",
+    )
     ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON and Markdown go")
     ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md")
     args = ap.parse_args(argv)
@@ -108,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.health_apps < 1 or args.deployments_per_app < 1:
         ap.error("--health-apps and --deployments-per-app must be at least 1")
 
+    if args.command == "chaos":
+        return chaos(ap, args)
     bench_git.FILES, bench_git.COMMITS = args.git_files, args.git_commits
     started = datetime.now(UTC)
     t0 = time.perf_counter()
@@ -155,6 +183,22 @@ def main(argv: list[str] | None = None) -> int:
         (HERE.parent / "docs" / "benchmarks.md").write_text(text)
     print(f"\nwrote {args.out / f'{args.command}-{stamp}.json'} ({results['seconds']}s in all)")
     return 0
+
+
+def chaos(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from benchmarks.chaos import runner
+
+    kinds = tuple(k for k in args.faults.split(",") if k) or runner.KINDS
+    unknown = [k for k in kinds if k not in runner.KINDS]
+    if unknown:
+        ap.error(f"--faults: unknown kind(s) {', '.join(unknown)}; known: {', '.join(runner.KINDS)}")
+    if args.plant is not None and args.plant not in runner.PLANTS:
+        ap.error(f"--plant: unknown plant {args.plant!r}; known: {', '.join(runner.PLANTS)}")
+    if args.duration < 0:
+        ap.error("--duration must be at least 0")
+    return runner.main(
+        duration=args.duration, seed=args.seed, kinds=kinds, plant=args.plant, out=args.out, docs=args.docs
+    )
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from agent.dev.process import (
     locked,
     read_ports,
     require_running,
+    respawn,
     signal_components,
     stop_components,
     wait_ready,
@@ -83,6 +84,7 @@ __all__ = [
     "freeze",
     "is_running",
     "kubectl",
+    "restart_component",
     "revoke",
     "start",
     "status",
@@ -118,6 +120,18 @@ def start(name: str, state_dir: Path, *, timeout: float = 60.0) -> LocalCluster:
         except PortTaken:
             # Another process took a port between our check and the bind: once more, on fresh ports.
             return launch(paths, binaries, choose_ports(None), timeout)
+
+
+def restart_component(name: str, state_dir: Path, component: str, *, timeout: float = 60.0) -> None:
+    """Start ``component`` (etcd or kube-apiserver) of NAME again after it died alone; waits until ready.
+
+    For the chaos runner: the other components keep running, so this is a crash and a restart
+    of one process, not of the cluster.
+    """
+    binaries = {c: tools.tool(c) for c in COMPONENTS}
+    paths = Paths.of(name, state_dir)
+    with locked(paths):
+        respawn(paths, binaries, component, timeout)
 
 
 def stop(name: str, state_dir: Path, *, timeout: float = 15.0) -> None:

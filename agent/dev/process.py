@@ -163,6 +163,25 @@ def launch(paths: Paths, binaries: dict[str, Path], ports: Ports, timeout: float
     return running
 
 
+def respawn(paths: Paths, binaries: dict[str, Path], component: str, timeout: float) -> None:
+    """Start one component again (etcd or the apiserver, killed alone) on the cluster's own ports.
+
+    The others keep running, as in a real control plane where one process crashed and its
+    supervisor brought it back: the apiserver reconnects to etcd by itself.
+    """
+    ports = read_ports(paths)
+    if ports is None:
+        raise LocalClusterError(f"local cluster {paths.name!r} has no ports.json in {paths.root.parent}")
+    if live_pid(paths, component) is not None:
+        raise LocalClusterError(f"local cluster {paths.name!r}: {component} is still running")
+    args = {ETCD: _etcd_args, APISERVER: _apiserver_args}.get(component)
+    if args is None:
+        raise LocalClusterError(f"respawn: {component!r} is not one of {ETCD}, {APISERVER}")
+    offsets = {c: _size(paths.log(c)) for c in COMPONENTS}
+    _spawn(paths, component, args(paths, binaries[component], ports))
+    wait_ready(paths, ports, (ETCD, APISERVER), time.monotonic() + timeout, offsets)
+
+
 def _etcd_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
     client = f"http://127.0.0.1:{ports.etcd}"
     return [

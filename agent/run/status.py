@@ -65,6 +65,9 @@ class AppStatus:
             "result": ("ok" if r.ok else "failed") if r else "pending",
             "error": r.error if r else None,
             "prune_refused": r.prune_refused if r else None,
+            # Typed, for machines (the chaos runner, scripts): the messages above are for people.
+            "reason": r.reason.value if r and r.reason else None,
+            "prune_reason": r.prune_refusal.reason.value if r and r.prune_refusal else None,
             "refused": r.refused.value if r and r.refused else None,
             "waiting_on": list(r.waiting_on) if r else [],
             "conflicts": [str(c) for c in r.conflicts] if r else [],

@@ -23,7 +23,8 @@ Layout under ``cache_dir``::
     checkouts-<source>/<sha>/ each other named source's, so one source's garbage
                               collection never removes the tree another one hands out
 
-Network operations run in a killable child process (``agent.source.remote``),
+Network operations run in a long-lived, killable worker process of the source's own
+(``agent.source.remote``; ``close`` stops it),
 credentials and SSH host keys are handled by ``agent.source.auth``, signatures by
 ``agent.source.signature``.
 """
@@ -124,6 +125,7 @@ class GitSource:
         self._verifier = SignatureVerifier(config.verify, timeout=config.timeout)
         self._verified: set[str] = set()
         self._lock = threading.Lock()
+        self._remote = gitremote.GitRemote()
 
     @classmethod
     def from_config(
@@ -137,6 +139,15 @@ class GitSource:
     def last_good(self) -> Revision | None:
         """The last revision ``poll`` delivered; kept when a later poll fails."""
         return self._last_good
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of this source's Git worker while one runs (tests, benchmarks)."""
+        return self._remote.worker.pid
+
+    def close(self) -> None:
+        """Stop this source's Git worker process (a later poll would start another)."""
+        self._remote.close()
 
     # -- public verbs ---------------------------------------------------------
 
@@ -320,7 +331,7 @@ class GitSource:
 
     def _ls_remote(self, repo: pygit2.Repository) -> dict[str, str]:
         creds = load_credentials(self.config.auth, self.url)
-        return gitremote.ls_remote(self.repo_dir, self.url, creds, timeout=self.config.timeout)
+        return self._remote.ls_remote(self.repo_dir, self.url, creds, timeout=self.config.timeout)
 
     def _fetch(self, repo: pygit2.Repository, refspecs: list[str], *, full: bool = False) -> None:
         creds = load_credentials(self.config.auth, self.url)
@@ -329,7 +340,7 @@ class GitSource:
         if full and repo.is_shallow:
             depth = _UNSHALLOW  # depth 0 would keep the existing shallow boundary
         self.fetch_count += 1
-        received = gitremote.fetch(
+        received = self._remote.fetch(
             self.repo_dir, self.url, creds, refspecs, depth=depth, timeout=self.config.timeout
         )
         self.log.info("source.fetched", url=self.masked_url, refspecs=refspecs, objects=received, depth=depth)
@@ -354,6 +365,7 @@ class GitSource:
         # libgit2 caches open pack files by path, process-wide: every handle on the broken
         # repository (some held by traceback cycles) must be gone before the same path is re-cloned.
         gc.collect()
+        self._remote.restart()  # the worker's libgit2 holds the same process-wide pack cache
         self._reset_repo()
         try:
             result = attempt()

@@ -7,7 +7,9 @@ building it with ``GitSource.from_config``.
 A poll costs one ``ls-remote`` when nothing changed: the advertised ref is
 compared with the cache repository's tracking ref, and only a moved ref is
 fetched. The commit is then verified (when ``[source.verify]`` is set) and
-checked out atomically into ``<cache_dir>/checkouts/<sha>`` (``agent.source.checkout``).
+checked out atomically into ``<cache_dir>/checkouts/<sha>`` (``agent.source.checkout``),
+recycling the oldest checkout that collection would delete so that only changed files are
+written.
 Any failure raises ``SourceError`` with a credential-free message while
 ``last_good`` keeps the last revision that passed every check; a cache
 repository that cannot be read is deleted and cloned again once per call.
@@ -49,7 +51,14 @@ from agent.errors import SourceError
 from agent.model import Revision
 from agent.source import remote as gitremote
 from agent.source.auth import is_local_url, load_credentials, mask_url, strip_credentials
-from agent.source.checkout import ObjectUnreadable, checkout_lock, collect, file_lock, materialize
+from agent.source.checkout import (
+    ObjectUnreadable,
+    checkout_lock,
+    collect,
+    file_lock,
+    materialize,
+    surplus,
+)
 from agent.source.remote import CacheCorrupt
 from agent.source.signature import SignatureVerifier
 
@@ -308,11 +317,13 @@ class GitSource:
             return self._last_good  # nothing moved: no verification, no disk work
         self._verify(commit)
         with checkout_lock(self.checkouts):
+            protect = {sha} | ({self._last_good.sha} if self._last_good else set())
+            # The oldest tree collection would delete becomes the new one: only changed files written.
+            spare = surplus(self.checkouts, keep=self.config.keep_checkouts, protect=protect)
             try:
-                tree = materialize(repo, commit, self.checkouts)
+                tree = materialize(repo, commit, self.checkouts, spare=spare[0] if spare else None)
             except ObjectUnreadable as e:
                 raise CacheCorrupt(str(e)) from e
-            protect = {sha} | ({self._last_good.sha} if self._last_good else set())
             removed = collect(self.checkouts, keep=self.config.keep_checkouts, protect=protect)
         if removed:
             self.log.debug("source.checkouts_collected", removed=removed)

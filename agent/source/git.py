@@ -154,6 +154,11 @@ class GitSource:
         """The process id of this source's Git worker while one runs (tests, benchmarks)."""
         return self._remote.worker.pid
 
+    @property
+    def worker_starts(self) -> int:
+        """How many Git worker processes this source has started (one, unless one hung or died)."""
+        return self._remote.worker.started
+
     def close(self) -> None:
         """Stop this source's Git worker process (a later poll would start another)."""
         self._remote.close()

@@ -162,14 +162,18 @@ def render(results: dict[str, Any]) -> str:
             "",
             f"Served by {g.get('transport', 'a local path')}.",
             "",
-            "| step | time ratio | agent (median) | peer | peer (median) |",
-            "|---|---|---|---|---|",
+            "| step | time ratio | agent (median) | peer | peer (median) | target |",
+            "|---|---|---|---|---|---|",
         ]
         for row in g["rows"]:
+            target = f"{row['target']}: {_met(row)}" if "target" in row else ""
             lines.append(
                 f"| {row['metric']} | {row['time_ratio']} | {row['agent_seconds']:.4f} s "
-                f"| {row['peer_name']} | {row['peer_seconds']:.4f} s |"
+                f"| {row['peer_name']} | {row['peer_seconds']:.4f} s | {target} |"
             )
+        if "worker_starts" in g:
+            starts = ", ".join(f"{t} {n}" for t, n in g["worker_starts"].items())
+            lines += ["", f"Git worker processes started per source over all its polls: {starts}."]
         lines.append("")
     if "isolation" in results:
         iso = results["isolation"]
@@ -371,6 +375,8 @@ def _targets(results: dict[str, Any]) -> list[str]:
             f"- peak RSS, {row['objects_per_cluster']} objects x 3 clusters: {_met(row)} — "
             f"{row['peak_mb']} MB (< 300 MB)"
         )
+    for row in (r for r in results.get("git", {}).get("rows", []) if "met" in r):
+        out.append(f"- {row['metric']}: {_met(row)} — x{row['time_ratio']} ({row['target']})")
     rows = [*results.get("isolation", {}).get("rows", []), *results.get("notify", {}).get("rows", [])]
     for row in (r for r in rows if "met" in r):
         out.append(f"- {row['metric']}: {_met(row)} — x{row['time_ratio']} ({row['target']})")

@@ -166,13 +166,22 @@ def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
     assert rows[("1% change: diff report", "kubectl diff --server-side")]["reported"] == 5
     git = json.loads(next(tmp_path.glob("git-*.json")).read_text())["git"]
     assert git["commits"] == 300 and git["files"] == 200
-    assert [r["metric"] for r in git["rows"]][:5] == [
+    assert [r["metric"] for r in git["rows"]][:6] == [
         "initial clone (+checkout), local path",
         "initial clone (+checkout), git://",
         "initial clone (+checkout), git://, shallow",
-        "poll, no new commit",
-        "poll, one new commit",
+        "initial clone (+checkout), http://",
+        "poll, no new commit, git://",
+        "poll, no new commit, git://",
     ]
+    targets = [(r["metric"], r["peer_name"]) for r in git["rows"] if "met" in r]
+    assert targets == [
+        ("poll, no new commit, git://", "git ls-remote"),
+        ("poll, one new commit, git://", "git fetch"),
+        ("poll, no new commit, http://", "git ls-remote"),
+        ("poll, one new commit, http://", "git fetch"),
+    ]
+    assert git["worker_starts"] == {"git://": 1, "http://": 1}
     md = next(tmp_path.glob("kube-*.md")).read_text()
     assert md.startswith("# Benchmarks") and "### CPU bound of the initial apply" in md
     assert "### Initial apply, every repetition" in md and ", 2 reps)" in md

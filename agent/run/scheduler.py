@@ -726,7 +726,8 @@ class Daemon:
             self._remove_job(f"source:{name}")
         with self._source_lock:
             gone = set(self.sources.names) - set(fresh.names)
-            self.sources = fresh
+            old, self.sources = self.sources, fresh
+            old.close()  # its Git workers: a poll of the old set still running fails, unread
             for name in gone:
                 self.revisions.pop(name, None)
                 self.metrics.remove_source(name)
@@ -762,6 +763,7 @@ class Daemon:
         if self.health is not None:
             self.health.stop()
         self.fleet.close()
+        self.sources.close()
         self._stop.set()
 
     def run_forever(self, *, grace: float | None = None) -> None:

@@ -7,7 +7,9 @@ building it with ``GitSource.from_config``.
 A poll costs one ``ls-remote`` when nothing changed: the advertised ref is
 compared with the cache repository's tracking ref, and only a moved ref is
 fetched. The commit is then verified (when ``[source.verify]`` is set) and
-checked out atomically into ``<cache_dir>/checkouts/<sha>`` (``agent.source.checkout``).
+checked out atomically into ``<cache_dir>/checkouts/<sha>`` (``agent.source.checkout``),
+recycling the oldest checkout that collection would delete so that only changed files are
+written.
 Any failure raises ``SourceError`` with a credential-free message while
 ``last_good`` keeps the last revision that passed every check; a cache
 repository that cannot be read is deleted and cloned again once per call.
@@ -23,7 +25,8 @@ Layout under ``cache_dir``::
     checkouts-<source>/<sha>/ each other named source's, so one source's garbage
                               collection never removes the tree another one hands out
 
-Network operations run in a killable child process (``agent.source.remote``),
+Network operations run in a long-lived, killable worker process of the source's own
+(``agent.source.remote``; ``close`` stops it),
 credentials and SSH host keys are handled by ``agent.source.auth``, signatures by
 ``agent.source.signature``.
 """
@@ -48,7 +51,14 @@ from agent.errors import SourceError
 from agent.model import Revision
 from agent.source import remote as gitremote
 from agent.source.auth import is_local_url, load_credentials, mask_url, strip_credentials
-from agent.source.checkout import ObjectUnreadable, checkout_lock, collect, file_lock, materialize
+from agent.source.checkout import (
+    ObjectUnreadable,
+    checkout_lock,
+    collect,
+    file_lock,
+    materialize,
+    surplus,
+)
 from agent.source.remote import CacheCorrupt
 from agent.source.signature import SignatureVerifier
 
@@ -124,6 +134,7 @@ class GitSource:
         self._verifier = SignatureVerifier(config.verify, timeout=config.timeout)
         self._verified: set[str] = set()
         self._lock = threading.Lock()
+        self._remote = gitremote.GitRemote()
 
     @classmethod
     def from_config(
@@ -137,6 +148,20 @@ class GitSource:
     def last_good(self) -> Revision | None:
         """The last revision ``poll`` delivered; kept when a later poll fails."""
         return self._last_good
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of this source's Git worker while one runs (tests, benchmarks)."""
+        return self._remote.worker.pid
+
+    @property
+    def worker_starts(self) -> int:
+        """How many Git worker processes this source has started (one, unless one hung or died)."""
+        return self._remote.worker.started
+
+    def close(self) -> None:
+        """Stop this source's Git worker process (a later poll would start another)."""
+        self._remote.close()
 
     # -- public verbs ---------------------------------------------------------
 
@@ -297,11 +322,13 @@ class GitSource:
             return self._last_good  # nothing moved: no verification, no disk work
         self._verify(commit)
         with checkout_lock(self.checkouts):
+            protect = {sha} | ({self._last_good.sha} if self._last_good else set())
+            # The oldest tree collection would delete becomes the new one: only changed files written.
+            spare = surplus(self.checkouts, keep=self.config.keep_checkouts, protect=protect)
             try:
-                tree = materialize(repo, commit, self.checkouts)
+                tree = materialize(repo, commit, self.checkouts, spare=spare[0] if spare else None)
             except ObjectUnreadable as e:
                 raise CacheCorrupt(str(e)) from e
-            protect = {sha} | ({self._last_good.sha} if self._last_good else set())
             removed = collect(self.checkouts, keep=self.config.keep_checkouts, protect=protect)
         if removed:
             self.log.debug("source.checkouts_collected", removed=removed)
@@ -320,7 +347,7 @@ class GitSource:
 
     def _ls_remote(self, repo: pygit2.Repository) -> dict[str, str]:
         creds = load_credentials(self.config.auth, self.url)
-        return gitremote.ls_remote(self.repo_dir, self.url, creds, timeout=self.config.timeout)
+        return self._remote.ls_remote(self.repo_dir, self.url, creds, timeout=self.config.timeout)
 
     def _fetch(self, repo: pygit2.Repository, refspecs: list[str], *, full: bool = False) -> None:
         creds = load_credentials(self.config.auth, self.url)
@@ -329,7 +356,7 @@ class GitSource:
         if full and repo.is_shallow:
             depth = _UNSHALLOW  # depth 0 would keep the existing shallow boundary
         self.fetch_count += 1
-        received = gitremote.fetch(
+        received = self._remote.fetch(
             self.repo_dir, self.url, creds, refspecs, depth=depth, timeout=self.config.timeout
         )
         self.log.info("source.fetched", url=self.masked_url, refspecs=refspecs, objects=received, depth=depth)
@@ -354,6 +381,7 @@ class GitSource:
         # libgit2 caches open pack files by path, process-wide: every handle on the broken
         # repository (some held by traceback cycles) must be gone before the same path is re-cloned.
         gc.collect()
+        self._remote.restart()  # the worker's libgit2 holds the same process-wide pack cache
         self._reset_repo()
         try:
             result = attempt()

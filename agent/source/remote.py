@@ -1,32 +1,33 @@
-"""Network half of the source stage: ls-remote and fetch with pygit2, in a child process.
+"""Network half of the source stage: ls-remote and fetch with pygit2, in a long-lived child process.
 
-``agent.source`` calls ``ls_remote`` and ``fetch``; each runs
-``python -m agent.source.remote`` with a JSON request on stdin and reads a JSON
-answer from stdout. Why a child process rather than a thread:
+``agent.source`` holds one ``GitRemote`` per source and calls its ``ls_remote`` and ``fetch``;
+each sends a JSON request line to a worker running ``python -m agent.source.remote``
+(``agent.source.worker``), started on the first request and reused by every later poll. Why a
+child process rather than a thread:
 
 * **Bounded time.** libgit2 blocks inside C; a thread stuck on a server that
   accepted the connection and never answers cannot be cancelled. A process
-  can: on timeout its whole process group is killed, so ``poll`` never hangs.
-  (libgit2's own connect/read timeouts are set too, as a first line.)
+  can: past the deadline its whole process group is killed, so ``poll`` never hangs,
+  and the next request starts a fresh worker. (libgit2's own connect/read timeouts are
+  set too, as a first line.)
 * **A private libgit2 home.** libssh2's host-key check reads
   ``<homedir>/.ssh/known_hosts``; the child sets that home to a private copy of
-  the configured known_hosts (``gitauth.ssh_home``) without touching the
-  agent's process-wide libgit2 settings or ``$HOME``, and without reading the
-  user's ``~/.gitconfig`` (no surprise ``insteadOf`` rewrites).
+  the configured known_hosts (``gitauth.ssh_home``, copied again for every request)
+  without touching the agent's process-wide libgit2 settings or ``$HOME``, and without
+  reading the user's ``~/.gitconfig`` (no surprise ``insteadOf`` rewrites).
 
 pygit2 stays the Git library on both sides: the child only connects, lists and
 fetches into the cache repository; all object reading happens in the parent.
-Credentials travel over the stdin pipe (never argv or the environment), and
-every message that comes back is scrubbed of them.
+Credentials travel in each request over the stdin pipe (never argv or the environment),
+and every message that comes back is scrubbed of them. A worker that dies or is killed
+mid-request fails that request with a ``SourceError``; it is never the agent's crash.
 """
 
 from __future__ import annotations
 
-import contextlib
+import gc
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +47,7 @@ from agent.source.auth import (
     scrub,
     ssh_home,
 )
+from agent.source.worker import Worker, WorkerDied, WorkerTimeout
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -92,67 +94,62 @@ class CacheCorrupt(Exception):
 # Parent side
 
 
-def ls_remote(git_dir: Path, url: str, creds: Credentials, *, timeout: float) -> dict[str, str]:
-    """Advertised refs of the remote, ``{"refs/heads/main": "<sha>", "refs/tags/v1^{}": ...}``."""
-    answer = _run({"op": "ls-remote", "git_dir": str(git_dir), "url": url}, url, creds, timeout)
-    return {str(k): str(v) for k, v in answer["heads"].items()}
-
-
-def fetch(
-    git_dir: Path, url: str, creds: Credentials, refspecs: list[str], *, depth: int, timeout: float
-) -> int:
-    """Fetch ``refspecs`` into the cache repository; returns the number of objects received."""
-    request = {"op": "fetch", "git_dir": str(git_dir), "url": url, "refspecs": refspecs, "depth": depth}
-    return int(_run(request, url, creds, timeout)["received"])
-
-
-def _run(request: dict[str, Any], url: str, creds: Credentials, timeout: float) -> dict[str, Any]:
-    masked = mask_url(url)
-    payload = json.dumps({**request, "timeout": timeout, "credentials": creds.to_json()})
-    env = {
+def _child_env() -> dict[str, str]:
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
         GIT_CHILD: "1",  # no logging set up in the child (agent/__init__.py)
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.source.remote"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,  # its own process group, so a timeout kills ssh helpers too
-        text=True,
-    )
-    try:
-        out, err = proc.communicate(payload, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        raise SourceError(f"git {request['op']} timed out after {timeout:g}s", url=masked) from None
-    except BaseException:
-        _kill(proc)
-        raise
-    try:
-        answer: dict[str, Any] = json.loads(out)
-    except ValueError:
-        tail = scrub(err.strip()[-500:], url=url, secrets=creds.secrets())
-        raise SourceError(
-            f"git {request['op']} helper failed (exit {proc.returncode}): {tail}", url=masked
-        ) from None
-    if answer.get("ok"):
-        return answer
-    return _raise(
-        str(answer.get("kind")),
-        scrub(str(answer.get("message")), url=url, secrets=creds.secrets()),
-        request["op"],
-        masked,
-        creds,
-    )
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+class GitRemote:
+    """The network operations of one source, answered by its own long-lived worker process."""
+
+    def __init__(self) -> None:
+        self.worker = Worker("agent.source.remote", _child_env())
+
+    def ls_remote(self, git_dir: Path, url: str, creds: Credentials, *, timeout: float) -> dict[str, str]:
+        """Advertised refs of the remote, ``{"refs/heads/main": "<sha>", "refs/tags/v1^{}": ...}``."""
+        answer = self._run({"op": "ls-remote", "git_dir": str(git_dir), "url": url}, url, creds, timeout)
+        return {str(k): str(v) for k, v in answer["heads"].items()}
+
+    def fetch(
+        self, git_dir: Path, url: str, creds: Credentials, refspecs: list[str], *, depth: int, timeout: float
+    ) -> int:
+        """Fetch ``refspecs`` into the cache repository; returns the number of objects received."""
+        request = {"op": "fetch", "git_dir": str(git_dir), "url": url, "refspecs": refspecs, "depth": depth}
+        return int(self._run(request, url, creds, timeout)["received"])
+
+    def restart(self) -> None:
+        """Start the next request in a fresh worker (after the cache repository was re-cloned:
+        libgit2 keeps pack files open by path, process-wide)."""
+        self.worker.close()
+
+    def close(self) -> None:
+        """Stop the worker; a later request would start another."""
+        self.worker.close()
+
+    def _run(self, request: dict[str, Any], url: str, creds: Credentials, timeout: float) -> dict[str, Any]:
+        masked = mask_url(url)
+        op = request["op"]
+        try:
+            answer = self.worker.request(
+                {**request, "timeout": timeout, "credentials": creds.to_json()}, timeout=timeout
+            )
+        except WorkerTimeout:
+            raise SourceError(f"git {op} timed out after {timeout:g}s", url=masked) from None
+        except WorkerDied as e:
+            detail = scrub(e.detail, url=url, secrets=creds.secrets())
+            raise SourceError(f"git {op} helper process failed ({detail})", url=masked) from None
+        if answer.get("ok"):
+            return answer
+        return _raise(
+            str(answer.get("kind")),
+            scrub(str(answer.get("message")), url=url, secrets=creds.secrets()),
+            op,
+            masked,
+            creds,
+        )
 
 
 def _raise(kind: str, message: str, op: str, url: str, creds: Credentials) -> dict[str, Any]:
@@ -234,23 +231,36 @@ def _serve(request: dict[str, Any], home: Path) -> dict[str, Any]:
     return {"received": stats.received_objects}
 
 
-def main() -> int:
-    request = json.loads(sys.stdin.read())
+def answer(request: dict[str, Any], home: Path) -> dict[str, Any]:
+    """One request's answer: ``{"ok": true, ...}`` or a classified, scrubbed failure."""
     url = str(request.get("url", ""))
     secrets = Credentials.from_json(request.get("credentials", {})).secrets()
+    try:
+        result: dict[str, Any] = {"ok": True, **_serve(request, home)}
+    except CacheCorrupt as e:
+        result = {"ok": False, "kind": "corrupt", "message": str(e)}
+    except Exception as e:  # every failure becomes a classified answer for the parent
+        message = str(e) if not isinstance(e, HostKeyRejected) else str(e.args[0])
+        kind = classify(e, message)
+        if kind == "error" and not _cache_readable(str(request.get("git_dir"))):
+            kind = "corrupt"
+        result = {"ok": False, "kind": kind, "message": message}
+    result["message"] = scrub(str(result.get("message", "")), url=url, secrets=secrets)
+    return result
+
+
+def main() -> int:
+    """Answer request lines from stdin until it closes (the parent stopped or died)."""
     with tempfile.TemporaryDirectory(prefix="gitops-agent-home-") as home:
-        try:
-            answer: dict[str, Any] = {"ok": True, **_serve(request, Path(home))}
-        except CacheCorrupt as e:
-            answer = {"ok": False, "kind": "corrupt", "message": str(e)}
-        except Exception as e:  # every failure becomes a classified answer for the parent
-            message = str(e) if not isinstance(e, HostKeyRejected) else str(e.args[0])
-            kind = classify(e, message)
-            if kind == "error" and not _cache_readable(str(request.get("git_dir"))):
-                kind = "corrupt"
-            answer = {"ok": False, "kind": kind, "message": message}
-    answer["message"] = scrub(str(answer.get("message", "")), url=url, secrets=secrets)
-    sys.stdout.write(json.dumps(answer))
+        sys.stdout.buffer.write(b'{"ready": true}\n')  # imports done: requests' deadlines start now
+        sys.stdout.buffer.flush()
+        for line in sys.stdin.buffer:
+            reply = answer(json.loads(line), Path(home))
+            sys.stdout.buffer.write(json.dumps(reply).encode() + b"\n")
+            sys.stdout.buffer.flush()
+            # The request's repository handles (some held by traceback cycles) go before the next
+            # one; while the parent reads the answer, not before it.
+            gc.collect()
     return 0
 
 

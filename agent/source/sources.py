@@ -195,6 +195,11 @@ class SourceSet:
                 running.append(current)
         return SourcePoll(tuple(inflight.outcome() for inflight in running))
 
+    def close(self) -> None:
+        """Stop every source's Git worker process: the set is replaced or the agent stops."""
+        for source in self._sources.values():
+            source.close()
+
     def last_good(self, name: str) -> Revision | None:
         """The last revision ``name`` delivered (kept while later polls fail), or ``None``."""
         return self.source(name).last_good

@@ -148,3 +148,36 @@ def test_a_corrupt_cache_under_a_recyclable_checkout_is_cloned_again(origin: Ori
     rev = source.poll()
     assert rev.sha == origin.head()
     assert _snapshot(rev.tree) == _fresh(origin, tmp_path / "fresh")
+
+
+def test_a_checkout_being_read_is_neither_recycled_nor_collected_until_the_reader_lets_go(
+    origin: Origin, tmp_path: Path
+) -> None:
+    source = _warm(origin, tmp_path)
+    current = source.last_good.sha  # type: ignore[union-attr]
+    (old,) = [p for p in source.checkouts.iterdir() if len(p.name) == 40 and p.name != current]
+    before = _snapshot(old)
+    with agent.source.checkout.reading(old):  # a render of that revision still under way
+        for n in range(3):
+            origin.commit({"apps/d1/f1.yaml": f"n: {n}\n"}, f"change {n}")
+            source.poll()
+            assert _snapshot(old) == before, "a tree being read changed under its reader"
+    origin.commit({"apps/d1/f1.yaml": "n: after\n"}, "after the reader")
+    rev = source.poll()
+    assert not old.exists(), "the next collection after the reader let go takes it"
+    assert _snapshot(rev.tree) == _fresh(origin, tmp_path / "fresh")
+
+
+def test_reading_a_checkout_collected_before_its_hold_is_a_retryable_source_error(
+    origin: Origin, tmp_path: Path
+) -> None:
+    source = _warm(origin, tmp_path)
+    current = source.last_good.sha  # type: ignore[union-attr]
+    (old,) = [p for p in source.checkouts.iterdir() if len(p.name) == 40 and p.name != current]
+    agent.source.checkout.remove(old)
+    with (
+        pytest.raises(SourceError, match="was collected before it was read") as e,
+        agent.source.checkout.reading(old),
+    ):
+        pass
+    assert e.value.retryable

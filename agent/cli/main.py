@@ -144,11 +144,13 @@ def render_cmd(
 ) -> None:
     """Print the rendered YAML stream of one app (deterministic; needs no cluster access, unless
     the app's decryption key is a Secret in its cluster)."""
+    from contextlib import nullcontext
     from dataclasses import replace
 
     from agent.plan.masking import mask_decrypted
     from agent.reconcile.stages import ClusterStages
     from agent.render.renderer import dump_stream, render
+    from agent.source.checkout import reading
 
     cfg = load(config_file, [cluster_name])
     configure_logging(cfg)
@@ -162,7 +164,8 @@ def render_cmd(
         else:
             rev = resolve_app(cfg, app, revision)
             root, sha = rev.tree, rev.sha
-        desired = render(root, stages.spec_for(app), revision=sha)
+        with reading(root) if sha else nullcontext(root):
+            desired = render(root, stages.spec_for(app), revision=sha)
     except RenderError as e:
         click.echo(str(e), err=True)
         sys.exit(EXIT_USAGE)

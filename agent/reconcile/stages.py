@@ -41,6 +41,7 @@ from agent.reconcile.keys import load_keys
 from agent.reconcile.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
 from agent.render.renderer import Capabilities, RenderCache, RenderSpec
 from agent.render.sops import SOPS_KEY
+from agent.source.checkout import reading
 
 ClientFactory = Callable[[ClusterConfig], KubeClient]
 #: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
@@ -226,10 +227,15 @@ class ClusterStages:
         """The cluster entry's own app (``render_app`` for any app)."""
         # Through the cache's single flight: clusters sharing a render wait for the one rendering it
         # instead of each rendering (and holding) its own copy at the same moment.
-        return self.render_cache.render(revision.tree, self.spec_for(), revision=revision.sha)
+        return self.render_at(revision, self.spec_for())
 
     def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
-        return self.render_cache.render(revision.tree, self.spec_for(app), revision=revision.sha)
+        return self.render_at(revision, self.spec_for(app))
+
+    def render_at(self, revision: Revision, spec: RenderSpec) -> DesiredSet:
+        """Render ``revision``'s checkout, held while it is read (``checkout.reading``)."""
+        with reading(revision.tree):
+            return self.render_cache.render(revision.tree, spec, revision=revision.sha)
 
     def prepare(
         self, desired: DesiredSet, inventory_id: str, *, default_namespace: str | None = None

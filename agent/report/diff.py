@@ -190,7 +190,7 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
             raise SourceError(f"source {source!r} delivered no revision")
         target = target[source]
     if isinstance(target, Revision):
-        desired_set = rec.render_cache.render(target.tree, spec, revision=target.sha)
+        desired_set = rec.render_at(target, spec)
     else:
         desired_set = render(target, spec, revision="")
     store = rec.store if app is None else rec.store_for(rec.parent_of(app.name))
@@ -263,7 +263,7 @@ def declared_by(
             raise SourceError(f"source {app.source!r} delivered no revision")
         target = target[app.source]
     if isinstance(target, Revision):
-        desired_set = rec.render_cache.render(target.tree, spec, revision=target.sha)
+        desired_set = rec.render_at(target, spec)
     else:
         desired_set = render(target, spec, revision="")
     store_id = rec.store_for(rec.parent_of(app.name)).id

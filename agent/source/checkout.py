@@ -22,6 +22,11 @@ libgit2's checkout: the renderer must see the committed bytes (no
 ``.gitattributes`` filters), and every entry name and symlink is checked on
 the way. All of it runs under ``checkout_lock`` so that two processes sharing
 a cache never collect each other's work in progress.
+
+A checkout being read (rendered) is held with a shared ``flock`` on its directory
+(``reading``); collection and recycling take each candidate with an exclusive lock that never
+waits, and pass over one a reader holds, so a render never sees its tree change or vanish
+underneath it, whatever the polls deliver meanwhile.
 """
 
 from __future__ import annotations
@@ -121,10 +126,13 @@ def _recycle(repo: pygit2.Repository, commit: pygit2.Commit, spare: Path, final:
     if old is None:
         return False  # e.g. history rewritten and the old commit gone: collection removes it
     tmp = spare.with_name(f".tmp-{final.name[:12]}-r{os.getpid()}-{id(spare):x}")
-    try:
-        os.rename(spare, tmp)  # from here on it is work in progress, never a complete tree
-    except FileNotFoundError:
-        return False
+    with _unread(spare) as free:
+        if not free:
+            return False  # being rendered: written whole instead, the spare left for later
+        try:
+            os.rename(spare, tmp)  # from here on it is work in progress, never a complete tree
+        except FileNotFoundError:
+            return False
     try:
         written: list[Path] = []
         update_tree(repo, old, commit.tree, tmp, written)
@@ -376,6 +384,49 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def reading(tree: Path) -> Iterator[Path]:
+    """Hold the checkout ``tree`` while it is read: collection and recycling pass over it.
+
+    A tree collected before the hold was taken is a retryable error (the next poll delivers the
+    revision again), never a half-read tree."""
+    gone = SourceError(f"checkout {tree.name[:12]} was collected before it was read", retryable=True)
+    try:
+        fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise gone from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            same = os.stat(tree).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # renamed away between the open and the lock
+            raise gone
+        yield tree
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _unread(checkout: Path) -> Iterator[bool]:
+    """An exclusive hold on ``checkout`` if no reader holds it (never waits): True while held."""
+    try:
+        fd = os.open(checkout, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 def surplus(checkouts: Path, *, keep: int, protect: set[str]) -> list[Path]:
     """The complete checkouts ``collect`` would remove now, oldest first. Call under ``checkout_lock``."""
     if not checkouts.is_dir():
@@ -398,8 +449,11 @@ def collect(checkouts: Path, *, keep: int, protect: set[str]) -> list[str]:
             shutil.rmtree(leftover, ignore_errors=True)
     removed = []
     for old in surplus(checkouts, keep=keep, protect=protect):
-        remove(old)
-        removed.append(old.name)
+        with _unread(old) as free:
+            if not free:
+                continue  # being rendered: the next collection takes it
+            remove(old)
+            removed.append(old.name)
     return removed
 
 

@@ -258,6 +258,8 @@ def run_size(
     apply_reps: int = 3,
 ) -> dict[str, Any]:
     """Measure ``parts`` (apply, steady, change, prune) for a workload of ``n`` objects."""
+    from agent.report.diff import run_live
+
     out: dict[str, Any] = {"objects": n, "rows": [], "flux_target_from": FLUX_TARGET_FROM}
     items = w.generate(n)
     out["kinds"] = w.kind_count(items)
@@ -265,6 +267,7 @@ def run_size(
     w.write(items, v1)
     repo = root / f"repo-{n}.git"
     h.commit_workload(repo, v1, "v1")
+    kube_reps = reps if n <= 500 else 1  # kubectl at 5,000 objects takes a minute per diff
     h.flux_binary()  # fail before starting any cluster if the Flux engine is not built
     with h.ClusterSet(root / "state") as cs:
         measured: list[dict[str, Any]] = []
@@ -292,157 +295,151 @@ def run_size(
                 flux.close()
                 for c in (a, k, f):
                     cs.delete(c.name)
-        # The other steps continue on the last trio: the agent that applied, warm, and Flux's engine.
+        # The other steps continue on the last trio: the agent that applied (warm), Flux's engine.
         try:
             out["concurrency"] = agent.config.clusters[0].settings.concurrency
             out["rows"].append(initial_row(measured, n))
-            _later_steps(out, n, root, parts, reps, agent, flux, (a, k, f), repo, v1)
+            rev = agent.source.poll()
+            if parts & {"steady", "change", "prune"}:
+                # The pass after the first also loads the CRD's schema (not served before it).
+                agent.fleet.reconcile_all(rev)
+            if "steady" in parts:
+                runs = [h.measure([a], lambda: agent.fleet.reconcile_all(rev)) for _ in range(reps)]
+                for m in runs:
+                    if h.outcome_counts(m.value) != {"unchanged": n}:
+                        raise RuntimeError(f"steady state of {n}: {h.outcome_counts(m.value)}")
+                steady = _median(runs)
+                again = _median(
+                    [
+                        h.measure(
+                            [k],
+                            lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v1)),
+                            client="children",
+                        )
+                        for _ in range(kube_reps)
+                    ]
+                )
+                kdiff = _median(
+                    [
+                        h.measure(
+                            [k],
+                            lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v1), ok=(0,)),
+                            client="children",
+                        )
+                        for _ in range(kube_reps)
+                    ]
+                )
+                fsteady = _median(
+                    [
+                        h.measure(
+                            [f],
+                            lambda: _flux_apply(flux, v1, {"unchanged": n}, f"steady state of {n}"),
+                            client=flux.pid,
+                        )
+                        for _ in range(kube_reps)
+                    ]
+                )
+                limit = out["kinds"] + 5
+                row = _row(
+                    "steady state",
+                    steady,
+                    again,
+                    "kubectl apply --server-side",
+                    target=f"requests <= {limit} (kinds + 5), time <= 0.1x kubectl apply",
+                    met=steady.requests.total <= limit and steady.seconds <= 0.1 * again.seconds,
+                    agent_runs=steady.value,
+                )
+                _flux_steady_target(n, _with_flux(row, steady, fsteady))
+                out["rows"].append(row)
+                out["rows"].append(
+                    _row("steady state", steady, kdiff, "kubectl diff --server-side", agent_runs=steady.value)
+                )
+            changed = w.change_set(n) if "change" in parts else frozenset()
+            if "change" in parts:
+                v2 = root / f"files-{n}-v2"
+                w.write(w.generate(n, changed=changed), v2)
+                h.commit_workload(repo, v2, "1% changed")
+                rev2 = agent.source.poll()
+                report = h.measure([a], lambda: run_live(agent.config, rev2))
+                kdiff = h.measure(
+                    [k],
+                    lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v2), ok=(1,)),
+                    client="children",
+                )
+                clusters = report.value.clusters
+                errors = [e for c in clusters for e in (c.error, *(p.error for p in c.apps)) if e]
+                if errors:
+                    raise RuntimeError(f"diff report of {n}: {errors}")
+                shown = sum(len(c.objects) for c in report.value.clusters)
+                out["rows"].append(
+                    _row(
+                        "1% change: diff report",
+                        report,
+                        kdiff,
+                        "kubectl diff --server-side",
+                        changed=len(changed),
+                        reported=shown,
+                    )
+                )
+                passed = h.measure([a], lambda: agent.fleet.reconcile_all(rev2))
+                counts = h.outcome_counts(passed.value)
+                if counts.get("configured") != len(changed):
+                    raise RuntimeError(f"1% change of {n}: {counts}, expected {len(changed)} configured")
+                kapply = h.measure(
+                    [k], lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v2)), client="children"
+                )
+                unchanged = n - len(changed)
+                fchange = h.measure(
+                    [f],
+                    lambda: _flux_apply(
+                        flux, v2, {"configured": len(changed), "unchanged": unchanged}, f"1% change of {n}"
+                    ),
+                    client=flux.pid,
+                )
+                row = _row(
+                    "1% change: reconcile",
+                    passed,
+                    kapply,
+                    "kubectl apply --server-side",
+                    changed=len(changed),
+                )
+                out["rows"].append(_with_flux(row, passed, fchange))
+            if "prune" in parts:
+                out["rows"].append(_prune(n, root, repo, changed, agent, flux, a, f))
         finally:
             agent.close()
             flux.close()
     return out
 
 
-def _later_steps(
-    out: dict[str, Any],
+def _prune(
     n: int,
     root: Path,
-    parts: set[str],
-    reps: int,
+    repo: Path,
+    changed: frozenset[int],
     agent: h.InProcessAgent,
     flux: h.FluxEngine,
-    clusters: tuple[LocalCluster, LocalCluster, LocalCluster],
-    repo: Path,
-    v1: Path,
-) -> None:
-    """Steady state, the 1% change and the prune of 10%, on the clusters of the last initial apply."""
-    from agent.report.diff import run_live
-
-    a, k, f = clusters
-    kube_reps = reps if n <= 500 else 1  # kubectl at 5,000 objects takes a minute per diff
-    rev = agent.source.poll()
-    if parts & {"steady", "change", "prune"}:
-        # The pass after the first also loads the CRD's schema (not served before it).
-        agent.fleet.reconcile_all(rev)
-    if "steady" in parts:
-        runs = [h.measure([a], lambda: agent.fleet.reconcile_all(rev)) for _ in range(reps)]
-        for m in runs:
-            if h.outcome_counts(m.value) != {"unchanged": n}:
-                raise RuntimeError(f"steady state of {n}: {h.outcome_counts(m.value)}")
-        steady = _median(runs)
-        again = _median(
-            [
-                h.measure(
-                    [k],
-                    lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v1)),
-                    client="children",
-                )
-                for _ in range(kube_reps)
-            ]
-        )
-        kdiff = _median(
-            [
-                h.measure(
-                    [k],
-                    lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v1), ok=(0,)),
-                    client="children",
-                )
-                for _ in range(kube_reps)
-            ]
-        )
-        fsteady = _median(
-            [
-                h.measure(
-                    [f],
-                    lambda: _flux_apply(flux, v1, {"unchanged": n}, f"steady state of {n}"),
-                    client=flux.pid,
-                )
-                for _ in range(kube_reps)
-            ]
-        )
-        limit = out["kinds"] + 5
-        row = _row(
-            "steady state",
-            steady,
-            again,
-            "kubectl apply --server-side",
-            target=f"requests <= {limit} (kinds + 5), time <= 0.1x kubectl apply",
-            met=steady.requests.total <= limit and steady.seconds <= 0.1 * again.seconds,
-            agent_runs=steady.value,
-        )
-        _flux_steady_target(n, _with_flux(row, steady, fsteady))
-        out["rows"].append(row)
-        out["rows"].append(
-            _row("steady state", steady, kdiff, "kubectl diff --server-side", agent_runs=steady.value)
-        )
-    changed = w.change_set(n) if "change" in parts else frozenset()
-    if "change" in parts:
-        v2 = root / f"files-{n}-v2"
-        w.write(w.generate(n, changed=changed), v2)
-        h.commit_workload(repo, v2, "1% changed")
-        rev2 = agent.source.poll()
-        report = h.measure([a], lambda: run_live(agent.config, rev2))
-        kdiff = h.measure(
-            [k],
-            lambda: h.kubectl(k, "diff", "--server-side", "-f", str(v2), ok=(1,)),
-            client="children",
-        )
-        clusters_seen = report.value.clusters
-        errors = [e for c in clusters_seen for e in (c.error, *(p.error for p in c.apps)) if e]
-        if errors:
-            raise RuntimeError(f"diff report of {n}: {errors}")
-        shown = sum(len(c.objects) for c in report.value.clusters)
-        out["rows"].append(
-            _row(
-                "1% change: diff report",
-                report,
-                kdiff,
-                "kubectl diff --server-side",
-                changed=len(changed),
-                reported=shown,
-            )
-        )
-        passed = h.measure([a], lambda: agent.fleet.reconcile_all(rev2))
-        counts = h.outcome_counts(passed.value)
-        if counts.get("configured") != len(changed):
-            raise RuntimeError(f"1% change of {n}: {counts}, expected {len(changed)} configured")
-        kapply = h.measure(
-            [k], lambda: h.kubectl(k, "apply", "--server-side", "-f", str(v2)), client="children"
-        )
-        fchange = h.measure(
-            [f],
-            lambda: _flux_apply(
-                flux, v2, {"configured": len(changed), "unchanged": n - len(changed)}, f"1% change of {n}"
-            ),
-            client=flux.pid,
-        )
-        row = _row(
-            "1% change: reconcile", passed, kapply, "kubectl apply --server-side", changed=len(changed)
-        )
-        out["rows"].append(_with_flux(row, passed, fchange))
-    if "prune" in parts:
-        removed = w.prune_set(n)
-        v3 = root / f"files-{n}-v3"
-        w.write([it for it in w.generate(n, changed=changed) if it.index not in removed], v3)
-        h.commit_workload(repo, v3, "10% removed")
-        rev3 = agent.source.poll()
-        pruned = h.measure([a], lambda: agent.fleet.reconcile_all(rev3))
-        counts = h.outcome_counts(pruned.value)
-        if counts != {"unchanged": n - len(removed), "pruned": len(removed)}:
-            raise RuntimeError(f"prune of {len(removed)} of {n}: {counts}")
-        fprune = h.measure(
-            [f],
-            lambda: _flux_apply(
-                flux, v3, {"unchanged": n - len(removed), "deleted": len(removed)}, f"prune of {n}"
-            ),
-            client=flux.pid,
-        )
-        row = {
-            "metric": "prune of 10%",
-            "agent": pruned.to_json(),
-            "removed": len(removed),
-        }
-        out["rows"].append(_with_flux(row, pruned, fprune))
+    a: LocalCluster,
+    f: LocalCluster,
+) -> dict[str, Any]:
+    """10% of the objects leave Git: the agent's pass against Flux's engine's reconcile (no kubectl)."""
+    removed = w.prune_set(n)
+    kept = n - len(removed)
+    v3 = root / f"files-{n}-v3"
+    w.write([it for it in w.generate(n, changed=changed) if it.index not in removed], v3)
+    h.commit_workload(repo, v3, "10% removed")
+    rev3 = agent.source.poll()
+    pruned = h.measure([a], lambda: agent.fleet.reconcile_all(rev3))
+    counts = h.outcome_counts(pruned.value)
+    if counts != {"unchanged": kept, "pruned": len(removed)}:
+        raise RuntimeError(f"prune of {len(removed)} of {n}: {counts}")
+    fprune = h.measure(
+        [f],
+        lambda: _flux_apply(flux, v3, {"unchanged": kept, "deleted": len(removed)}, f"prune of {n}"),
+        client=flux.pid,
+    )
+    row = {"metric": "prune of 10%", "agent": pruned.to_json(), "removed": len(removed)}
+    return _with_flux(row, pruned, fprune)
 
 
 def run(

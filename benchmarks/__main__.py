@@ -1,6 +1,7 @@
 """``python -m benchmarks COMMAND``: run one benchmark, or all of them, and write the results.
 
-Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``kube`` (1+2+3), ``memory`` (4),
+Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``prune`` (1 and a prune of 10%),
+``kube`` (1+2+3 and the prune), ``memory`` (4),
 ``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10), ``all``; and
 ``chaos`` (not in ``all``: the chaos and soak run, ``benchmarks/chaos``, docs/reliability.md). Prints a
 table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
@@ -32,11 +33,18 @@ from benchmarks import (
     bench_memory,
     bench_notify,
     bench_page,
+    harness,
 )
 from benchmarks.markdown import render
 
 HERE = Path(__file__).resolve().parent
-KUBE_PARTS = {"apply": {"apply"}, "steady": {"steady"}, "change": {"change"}, "kube": {"steady", "change"}}
+KUBE_PARTS = {
+    "apply": {"apply"},
+    "steady": {"steady"},
+    "change": {"change"},
+    "prune": {"prune"},
+    "kube": {"steady", "change", "prune"},
+}
 
 
 def machine() -> dict[str, Any]:
@@ -63,6 +71,7 @@ def machine() -> dict[str, Any]:
         "cpu": model,
         "python": platform.python_version(),
         "kubectl": kver,
+        "flux_engine": harness.flux_version(),
         "git": subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip(),
     }
 
@@ -84,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             "chaos",
         ],
     )
-    ap.add_argument("--sizes", default="500,2000,5000", help="objects for benchmarks 1-3")
+    ap.add_argument("--sizes", default="500,2000,5000", help="objects for benchmarks 1-3 and the prune")
     ap.add_argument("--memory-sizes", default="1000,5000,10000", help="objects per cluster (3 clusters)")
     ap.add_argument("--isolation-size", type=int, default=1000, help="objects per cluster (3 clusters)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of cheap steps (median reported)")
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cmd = args.command
         if cmd in KUBE_PARTS or cmd == "all":
-            parts = KUBE_PARTS.get(cmd, {"steady", "change"}) | {"apply"}
+            parts = KUBE_PARTS.get(cmd, KUBE_PARTS["kube"]) | {"apply"}
             sizes = [int(s) for s in args.sizes.split(",") if s]
             results["kube"] = bench_kube.run(
                 sizes, root, parts, reps=args.reps, concurrency=args.concurrency, apply_reps=args.apply_reps

@@ -17,12 +17,14 @@ CPU seconds (user + system) are read around the step itself, inside the scrapes 
 ``/metrics`` costs the API server CPU too): the API servers' and etcds' from ``/proc/PID/stat``,
 the client's from ``getrusage`` — ``RUSAGE_SELF`` for the in-process agent (the benchmark's other
 threads are idle meanwhile), ``RUSAGE_CHILDREN`` for kubectl (its processes are waited for inside
-the step). On a machine where server and client share the cores, they bound the wall time.
+the step), or ``/proc/PID/stat`` of a long-lived client process (Flux's engine, ``FluxEngine``). On a
+machine where server and client share the cores, they bound the wall time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import resource
@@ -190,10 +192,13 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-Client = Literal["self", "children"]
+#: Whose CPU is the client's: this process, its waited-for children, or a long-lived process (its PID).
+Client = Literal["self", "children"] | int
 
 
 def _client_cpu(who: Client) -> float:
+    if isinstance(who, int):
+        return process_cpu(who)
     u = resource.getrusage(resource.RUSAGE_SELF if who == "self" else resource.RUSAGE_CHILDREN)
     return u.ru_utime + u.ru_stime
 
@@ -225,8 +230,8 @@ def _cpu_snapshot(clusters: list[LocalCluster], client: Client) -> tuple[float, 
 def measure(clusters: list[LocalCluster], step: Callable[[], Any], *, client: Client = "self") -> Measured:
     """Run ``step`` with the controller managers paused: wall time, requests and CPU at the servers.
 
-    ``client`` names whose CPU is the client's: ``"self"`` (the agent, in this process) or
-    ``"children"`` (kubectl, subprocesses waited for during the step).
+    ``client`` names whose CPU is the client's: ``"self"`` (the agent, in this process),
+    ``"children"`` (kubectl, subprocesses waited for during the step) or a PID (Flux's engine).
     """
     with controllers_paused(*clusters):
         before = [scrape(c) for c in clusters]
@@ -277,6 +282,94 @@ def kubectl(cluster: LocalCluster, *args: str, ok: tuple[int, ...] = (0,), timeo
     if out.returncode not in ok:
         raise RuntimeError(f"kubectl {' '.join(args[:3])} exited {out.returncode}: {out.stderr[-2000:]}")
     return out.stdout
+
+
+# -- Flux's engine ------------------------------------------------------------------------------
+
+#: The Flux engine's name in tables and JSON (``benchmarks/fluxssa``: ``fluxcd/pkg/ssa``, as
+#: kustomize-controller reconciles).
+FLUX_NAME = "Flux engine (fluxcd/pkg/ssa)"
+
+
+FLUX_GO_MOD = Path(__file__).resolve().parent / "fluxssa" / "go.mod"
+
+
+def flux_version() -> str:
+    """The pinned engine, as its go.mod requires it: ``fluxcd/pkg/ssa v0.78.0``."""
+    m = re.search(r"^\s*github\.com/(fluxcd/pkg/ssa) (v\S+)", FLUX_GO_MOD.read_text(), re.MULTILINE)
+    if m is None:
+        raise RuntimeError(f"{FLUX_GO_MOD}: no github.com/fluxcd/pkg/ssa requirement")
+    return f"{m.group(1)} {m.group(2)}"
+
+
+def flux_binary() -> Path:
+    """The built ``benchmarks/fluxssa``; its absence fails the benchmark, naming the fix."""
+    found = tools.go_tool("fluxssa")
+    if found is None:
+        raise RuntimeError(
+            "benchmarks/fluxssa is not built: run scripts/install-go-tools fluxssa "
+            "(scripts/bootstrap builds it)"
+        )
+    return found
+
+
+class FluxEngine:
+    """``fluxssa serve`` for one cluster: Flux's apply engine kept running between reconciles, as
+    kustomize-controller is (REST mappings and connections warm), its inventory in a file.
+
+    One request line, one JSON answer line; an ``{"error": ...}`` answer or a dead process raises.
+    """
+
+    def __init__(self, cluster: LocalCluster, inventory: Path) -> None:
+        self.cluster = cluster
+        self.log = cluster.directory / "fluxssa.log"
+        argv = [
+            str(flux_binary()),
+            "serve",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--inventory={inventory}",
+        ]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def warm(self, files: Path) -> None:
+        """Resolve the REST mappings of the kinds the server already serves (sends no request else)."""
+        self._ask(f"warm {files}")
+
+    def apply(self, files: Path) -> dict[str, Any]:
+        """One reconcile of ``files``: ``{"created", "configured", "unchanged", "deleted", ...}``."""
+        return self._ask(f"apply {files}")
+
+    def _ask(self, line: str) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"fluxssa on {self.cluster.name} exited {self.process.wait()}: {tail}")
+        out: dict[str, Any] = json.loads(answer)
+        if "error" in out:
+            raise RuntimeError(f"fluxssa on {self.cluster.name}: {out['error']}")
+        return out
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 # -- the agent ----------------------------------------------------------------------------------
@@ -386,19 +479,34 @@ def outcome_counts(results: list[Any]) -> dict[str, int]:
 
 
 def format_row(size: int | str, row: dict[str, Any]) -> str:
-    """One line of the console table: agent and peer side by side, ratio first, CPU as server+client.
+    """One line of the console table: agent, kubectl and Flux's engine side by side, ratios first,
+    CPU as server+client; a tool without a figure for the step is left out.
 
     The initial apply's row holds medians over its repetitions, and says so with its range.
     """
-    a, p = row["agent"], row["peer"]
+    a, p, f = row["agent"], row.get("peer"), row.get("flux")
     status = "" if "met" not in row else ("  target met" if row["met"] else "  TARGET MISSED")
     if "throughput_ratio_range" in row:  # the initial apply: medians over repetitions
         status += f"  throughput {spread(row, 'throughput_ratio', 'x')}"
-    return (
-        f"{row['metric']:<24} {size!s:>6}  time x{row['time_ratio']!s:<6} "
-        f"agent {a['seconds']:8.3f}s {a['requests']['total']:6d} req {_cpu(a)}  |  "
-        f"{row['peer_name']:<28} {p['seconds']:8.3f}s {p['requests']['total']:6d} req {_cpu(p)}{status}"
+    line = (
+        f"{row['metric']:<24} {size!s:>6}  agent {a['seconds']:8.3f}s "
+        f"{a['requests']['total']:6d} req {_cpu(a)}"
     )
+    if p is not None:
+        line += (
+            f"  |  time x{row['time_ratio']!s:<6} {row['peer_name']:<28} {p['seconds']:8.3f}s "
+            f"{p['requests']['total']:6d} req {_cpu(p)}{status}"
+        )
+    if f is not None:
+        line += (
+            f"  |  time x{row['flux_time_ratio']!s:<6} Flux engine {f['seconds']:8.3f}s "
+            f"{f['requests']['total']:6d} req {_cpu(f)}"
+        )
+        if "flux_throughput_ratio_range" in row:
+            line += f"  throughput {spread(row, 'flux_throughput_ratio', 'x')}"
+        if "flux_met" in row:
+            line += "  Flux target met" if row["flux_met"] else "  FLUX TARGET MISSED"
+    return line
 
 
 def _cpu(side: dict[str, Any]) -> str:

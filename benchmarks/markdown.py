@@ -17,10 +17,10 @@ def _req(r: dict[str, Any]) -> str:
     return f"{r['total']} ({verbs})" if verbs else "0"
 
 
-def _met(row: dict[str, Any]) -> str:
-    if "met" not in row:
+def _met(row: dict[str, Any], key: str = "met") -> str:
+    if key not in row:
         return ""
-    return "met" if row["met"] else "**missed**"
+    return "met" if row[key] else "**missed**"
 
 
 def _cpu(side: dict[str, Any], what: str) -> str:
@@ -53,6 +53,12 @@ def bound_line(n: int, row: dict[str, Any]) -> str:
         f"At its bound the agent's throughput would be x{row['bound_throughput_ratio']} kubectl's "
         f"(measured {spread(row, 'throughput_ratio', 'x')}); with both tools at their bounds, "
         f"x{row['bounds_ratio']}."
+        + (
+            f" Flux's engine took {row['flux']['seconds']:.2f} s (bound {b['flux']:.2f} s: "
+            f"{row['flux']['cpu']['server']:.2f} s server, {row['flux']['cpu']['client']:.2f} s client)."
+            if "flux" in b
+            else ""
+        )
     )
 
 
@@ -64,7 +70,9 @@ def render(results: dict[str, Any]) -> str:
         f"Run `python -m benchmarks {results['command']}` on "
         f"{results['started'][:19].replace('T', ' ')} UTC, "
         f"{results['seconds']} s in all. Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gb']} GB, "
-        f"Python {m['python']}, kubectl {m['kubectl']}, {m['git']}.",
+        f"Python {m['python']}, kubectl {m['kubectl']}, "
+        + (f"Flux engine {m['flux_engine']}, " if "flux_engine" in m else "")
+        + f"{m['git']}.",
         "",
         "Ratios are agent ÷ peer measured in the same run (below 1: the agent is faster or cheaper). "
         "Requests are counted by the API server (`apiserver_request_total` from `/metrics`, "
@@ -75,24 +83,46 @@ def render(results: dict[str, Any]) -> str:
     if "kube" in results:
         kube = results["kube"]
         lines += [
-            "## Apply, steady state, 1% change (agent in-process `Fleet`, warm; kubectl pinned)",
+            "## Apply, steady state, 1% change, prune (agent in-process `Fleet`, warm; kubectl pinned; "
+            "Flux's engine)",
             "",
         ]
+        with_flux = any("flux" in row for size in kube for row in size["rows"])
+        if with_flux:
+            since = kube[0].get("flux_target_from")
+            lines += [
+                "*Flux* is Flux's own apply engine, `fluxcd/pkg/ssa` driven as kustomize-controller "
+                "drives it (`benchmarks/fluxssa`, one long-lived process per cluster): "
+                "`ApplyAllStaged` (a GET and a server-side dry-run per object, an apply of what "
+                "drifted) and garbage collection of the previous inventory with `DeleteAll`. "
+                "Its time ratio is agent ÷ Flux"
+                + (f"; the targets against it are judged from {since:,} objects on" if since else "")
+                + ". The prune of 10% has no kubectl peer (`benchmarks/README.md` says why).",
+                "",
+            ]
         if "concurrency" in kube[0]:
             idle = ", ".join(f"{s['idle_server_cpu_5s']:.2f} s" for s in kube)
+            flux_cpu = ", Flux's engine's process (`/proc/PID/stat`)" if with_flux else ""
             lines += [
                 f"Agent concurrency per cluster: {kube[0]['concurrency']}. CPU columns: user + system "
                 "seconds during the step; *server* is the measured cluster's kube-apiserver + etcd "
-                "(`/proc/PID/stat`), *client* the agent's process (in-process) or kubectl's processes "
-                f"(`getrusage`). The servers' CPU over 5 idle seconds, per size: {idle}.",
+                "(`/proc/PID/stat`), *client* the agent's process (in-process), kubectl's processes "
+                f"(`getrusage`){flux_cpu}. The servers' CPU over 5 idle seconds, per size: {idle}.",
                 "",
             ]
         initial = [(size["objects"], row) for size in kube for row in size["rows"] if "reps" in row]
         if initial:
+            fresh = (
+                "a fresh trio of clusters started together, the tools' order reversed every time "
+                "(kubectl, the agent, Flux; then Flux, the agent, kubectl; ...) so that each pair "
+                "alternates"
+                if with_flux
+                else "a fresh pair of clusters started together, the two tools' order alternating "
+                "(kubectl first, then the agent first, ...)"
+            )
             lines += [
                 f"The initial apply is measured {initial[0][1]['apply_reps']} times per size, each time on "
-                "a fresh pair of clusters started together, the two tools' order alternating (kubectl "
-                "first, then the agent first, ...): its row gives the median of the per-repetition ratios "
+                f"{fresh}: its row gives the median of the per-repetition ratios "
                 "with their range, and in the other columns each figure's median. Every repetition is "
                 "listed below the table.",
                 "",
@@ -100,21 +130,17 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             "| step | objects (kinds) | time ratio | agent time | agent server CPU | agent client CPU "
             "| agent requests | peer | peer time | peer server CPU | peer client CPU | peer requests "
-            "| target |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| target | Flux time ratio | Flux time | Flux server CPU | Flux client CPU | Flux requests "
+            "| Flux target |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for size in kube:
             for row in size["rows"]:
-                a, p = row["agent"], row["peer"]
-                target = f"{row['target']}: {_met(row)}" if "target" in row else ""
-                if "throughput_ratio_range" in row:
-                    target += f" — throughput {spread(row, 'throughput_ratio', 'x')}"
+                a = row["agent"]
                 lines.append(
                     f"| {row['metric']} | {size['objects']} ({size['kinds']}) | {spread(row, 'time_ratio')} "
                     f"| {a['seconds']:.3f} s | {_cpu(a, 'server')} | {_cpu(a, 'client')} "
-                    f"| {_req(a['requests'])} | {row['peer_name']} "
-                    f"| {p['seconds']:.3f} s | {_cpu(p, 'server')} | {_cpu(p, 'client')} "
-                    f"| {_req(p['requests'])} | {target} |"
+                    f"| {_req(a['requests'])} | {_peer_cells(row)} | {_flux_cells(row)} |"
                 )
         lines.append("")
         if initial:
@@ -213,22 +239,58 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _peer_cells(row: dict[str, Any]) -> str:
+    """The kubectl peer's cells of a step's row (name to target), dashes where it has none."""
+    p = row.get("peer")
+    if p is None:
+        return " | ".join(["—"] * 6)
+    target = f"{row['target']}: {_met(row)}" if "target" in row else ""
+    if "throughput_ratio_range" in row:
+        target += f" — throughput {spread(row, 'throughput_ratio', 'x')}"
+    return (
+        f"{row['peer_name']} | {p['seconds']:.3f} s | {_cpu(p, 'server')} | {_cpu(p, 'client')} "
+        f"| {_req(p['requests'])} | {target}"
+    )
+
+
+def _flux_cells(row: dict[str, Any]) -> str:
+    """Flux's engine's cells of a step's row (time ratio to target), empty where it has none."""
+    f = row.get("flux")
+    if f is None:
+        return " | ".join([""] * 6)
+    target = f"{row['flux_target']}: {_met(row, 'flux_met')}" if "flux_target" in row else ""
+    if "flux_throughput_ratio_range" in row:
+        throughput = f"throughput {spread(row, 'flux_throughput_ratio', 'x')}"
+        target = f"{target} — {throughput}" if target else throughput
+    return (
+        f"{spread(row, 'flux_time_ratio')} | {f['seconds']:.3f} s | {_cpu(f, 'server')} "
+        f"| {_cpu(f, 'client')} | {_req(f['requests'])} | {target}"
+    )
+
+
 def _repetitions(initial: list[tuple[int, dict[str, Any]]]) -> list[str]:
-    """Each repetition of the initial apply: its order, both wall times and CPU (server + client)."""
+    """Each repetition of the initial apply: its order, every tool's wall time and CPU (server + client)."""
     lines = [
         "### Initial apply, every repetition",
         "",
-        "| objects | repetition | first | throughput ratio | agent time | agent CPU server + client "
-        "| kubectl time | kubectl CPU server + client |",
-        "|---|---|---|---|---|---|---|---|",
+        "| objects | repetition | order | throughput ratio | agent time | agent CPU server + client "
+        "| kubectl time | kubectl CPU server + client | throughput ratio to Flux | Flux time "
+        "| Flux CPU server + client |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, row in initial:
         for rep in row["reps"]:
-            a, p = rep["agent"], rep["peer"]
+            a, p, f = rep["agent"], rep["peer"], rep.get("flux")
+            flux = (
+                f"x{rep['flux_throughput_ratio']} | {f['seconds']:.3f} s "
+                f"| {f['cpu']['server']:.2f} + {f['cpu']['client']:.2f} s"
+                if f
+                else " | "
+            )
             lines.append(
-                f"| {n} | {rep['rep']} | {rep['order'][0]} | x{rep['throughput_ratio']} "
+                f"| {n} | {rep['rep']} | {', '.join(rep['order'])} | x{rep['throughput_ratio']} "
                 f"| {a['seconds']:.3f} s | {a['cpu']['server']:.2f} + {a['cpu']['client']:.2f} s "
-                f"| {p['seconds']:.3f} s | {p['cpu']['server']:.2f} + {p['cpu']['client']:.2f} s |"
+                f"| {p['seconds']:.3f} s | {p['cpu']['server']:.2f} + {p['cpu']['client']:.2f} s | {flux} |"
             )
     return [*lines, ""]
 
@@ -367,6 +429,18 @@ def _targets(results: dict[str, Any]) -> list[str]:
                     + (
                         f", throughput {spread(row, 'throughput_ratio', 'x')}"
                         if "throughput_ratio" in row
+                        else ""
+                    )
+                )
+            if "flux_met" in row:
+                out.append(
+                    f"- {row['metric']} against Flux's engine, {size['objects']} objects: "
+                    f"{_met(row, 'flux_met')} — {row['flux_target']}; time x{row['flux_time_ratio']}, "
+                    f"agent {row['agent']['requests']['total']} requests, Flux's engine "
+                    f"{row['flux']['requests']['total']}"
+                    + (
+                        f", throughput {spread(row, 'flux_throughput_ratio', 'x')}"
+                        if "flux_throughput_ratio" in row
                         else ""
                     )
                 )

@@ -17,7 +17,8 @@ Files, one per kind, named so that ``kubectl apply -f DIR`` meets Namespaces bef
     10-<kind>.yaml ...     everything else
 
 ``revision`` is written into an annotation of every object; ``changed`` (indices) get another
-value, which is how the small-change benchmark changes 1% of the objects.
+value, which is how the small-change benchmark changes 1% of the objects; ``prune_set`` picks the
+10% the prune benchmark removes.
 """
 
 from __future__ import annotations
@@ -327,6 +328,13 @@ def change_set(n: int, fraction: float = 0.01) -> frozenset[int]:
     step = max(1, n // want)
     picked = [i for i in range(step // 2 + 1, n, step) if i % BLOCK != 1][:want]
     return frozenset(picked)
+
+
+def prune_set(n: int, fraction: float = 0.1) -> frozenset[int]:
+    """Indices of ``fraction`` of a workload of ``n`` to remove from Git (the prune benchmark): as
+    ``change_set`` picks them, so never a Namespace (its removal would delete its members too) or
+    the CRD, and none of the 1% ``change_set`` picks at the default fractions."""
+    return change_set(n, fraction)
 
 
 def write(items: list[Item], directory: Path) -> dict[str, int]:

@@ -1,10 +1,11 @@
 """Smoke run of the benchmarks at their smallest size (the full run stays out of CI: benchmarks/README.md).
 
-Real local control planes and the pinned kubectl; fails (never skips) when they are missing.
-Checks that every figure is produced, that request counts come from the server (kubectl's
-requests are counted too, and the agent's own counter plays no part), the CPU accounting of the
-initial apply, its repetitions on fresh clusters in alternating order, and the steady-state
-request target, which holds at any size (for one app per cluster and for many apps on one).
+Real local control planes, the pinned kubectl and Flux's engine (``benchmarks/fluxssa``, built by
+``scripts/install-go-tools``); fails (never skips) when they are missing. Checks that every figure
+is produced, that request counts come from the server (kubectl's and Flux's requests are counted
+too, and the agent's own counter plays no part), the CPU accounting of the initial apply, its
+repetitions on fresh clusters in alternating order, and the steady-state request target, which
+holds at any size (for one app per cluster and for many apps on one).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.config.load import load_config
 from agent.config.types import ClusterSettings
 from agent.dev.process import LocalCluster, Pids, Ports
-from benchmarks import bench_apps, harness, workload
+from benchmarks import bench_apps, bench_kube, harness, workload
 from benchmarks.__main__ import main
 from benchmarks.bench_kube import initial_row
 from benchmarks.markdown import render
@@ -112,6 +115,56 @@ def test_initial_apply_row_gives_the_median_of_per_repetition_ratios_and_keeps_e
     assert "x2.31 (1.90\N{EN DASH}2.80, 3 reps)" in harness.format_row(10, row)
 
 
+def _flux_rep(r: int, agent_s: float, flux_s: float) -> dict[str, Any]:
+    rep = _rep(r, agent_s, 10.0, 4.0)
+    rep["order"] = ["kubectl", "agent", "flux"] if r % 2 == 0 else ["flux", "agent", "kubectl"]
+    rep["flux"] = _side(flux_s, 100, 7.0)
+    rep["cpu_bound_seconds"]["flux"] = 4.5
+    rep.update(
+        flux_time_ratio=round(agent_s / flux_s, 3),
+        flux_throughput_ratio=round(flux_s / agent_s, 3),
+        flux_request_ratio=1.0,
+    )
+    return rep
+
+
+def test_flux_targets_are_judged_from_2000_objects_on_median_initial_throughput_and_steady_figures() -> None:
+    # Throughput ratios to Flux's engine 0.9, 1.2 and 1.1: the middle one, 1.1, meets ">= 1x".
+    reps = [_flux_rep(0, 5.0, 4.5), _flux_rep(1, 5.0, 6.0), _flux_rep(2, 5.0, 5.5)]
+    row = initial_row(reps, 2000)
+    assert row["flux_throughput_ratio"] == 1.1 and row["flux_throughput_ratio_range"] == [0.9, 1.2]
+    assert row["flux_met"] and row["flux"]["seconds"] == 5.5 and row["cpu_bound_seconds"]["flux"] == 4.5
+    assert not initial_row([reps[0], _flux_rep(1, 5.0, 4.0), reps[2]], 2000)["flux_met"]  # median 0.9
+    assert "flux_target" not in initial_row(reps, 500) and "flux_met" not in initial_row(reps, 500)
+    # Steady state: requests at most 1/50 of Flux's and time at most 0.2x, both.
+    for agent_requests, agent_s, met in ((17, 0.2, True), (41, 0.2, False), (17, 1.1, False)):
+        steady = {"agent": _side(agent_s, agent_requests - 3, 0.1), "flux": _side(5.0, 2000, 3.0)}
+        bench_kube._flux_steady_target(2000, steady)
+        assert steady["flux_met"] is met, (agent_requests, agent_s)
+        small = {"agent": steady["agent"], "flux": steady["flux"]}
+        bench_kube._flux_steady_target(500, small)
+        assert "flux_met" not in small
+    results = {
+        "command": "apply",
+        "started": "2026-01-01T00:00:00",
+        "seconds": 1.0,
+        "machine": {"nproc": 2, "cpu": "x", "memory_gb": 1, "python": "3", "kubectl": "v", "git": "g"},
+        "kube": [{"objects": 2000, "kinds": 16, "concurrency": 8, "idle_server_cpu_5s": 0.1, "rows": [row]}],
+    }
+    md = render(results)
+    assert "- initial apply against Flux's engine, 2000 objects: met — throughput >= 1x Flux's engine" in md
+    assert "throughput x1.10 (0.90\N{EN DASH}1.20, 3 reps)" in harness.format_row(2000, row)
+
+
+def test_benchmarks_refuse_to_start_without_the_flux_engine_and_name_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITOPS_AGENT_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(RuntimeError, match="run scripts/install-go-tools fluxssa"):
+        bench_kube.run([10], tmp_path, {"apply"}, reps=1, apply_reps=1)
+    assert not (tmp_path / "state").exists()  # no cluster was started
+
+
 def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
     clusters.require_control_plane()
     argv = ["kube", "--sizes", "500", "--reps", "1", "--apply-reps", "2", "--concurrency", "3"]
@@ -123,32 +176,36 @@ def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
     assert size["objects"] == 500 and size["kinds"] >= 10
     assert size["noise_requests_5s"] == 0
     assert size["concurrency"] == 3
-    rows = {(r["metric"], r["peer_name"]): r for r in size["rows"]}
+    rows = {(r["metric"], r.get("peer_name")): r for r in size["rows"]}
     assert set(rows) == {
         ("initial apply", "kubectl apply --server-side"),
         ("steady state", "kubectl apply --server-side"),
         ("steady state", "kubectl diff --server-side"),
         ("1% change: diff report", "kubectl diff --server-side"),
         ("1% change: reconcile", "kubectl apply --server-side"),
+        ("prune of 10%", None),
     }
     initial = rows[("initial apply", "kubectl apply --server-side")]
-    # Two repetitions, each on its own fresh pair of clusters, the order of the tools alternating.
+    # Two repetitions, each on its own fresh trio of clusters, the order of the tools reversing.
     first, second = initial["reps"]
-    assert [first["order"], second["order"]] == [["kubectl", "agent"], ["agent", "kubectl"]]
+    assert [first["order"], second["order"]] == [["kubectl", "agent", "flux"], ["flux", "agent", "kubectl"]]
     assert [first["clusters"], second["clusters"]] == [
-        {"agent": "ba-500-0", "peer": "bk-500-0"},
-        {"agent": "ba-500-1", "peer": "bk-500-1"},
+        {"agent": "ba-500-0", "peer": "bk-500-0", "flux": "bf-500-0"},
+        {"agent": "ba-500-1", "peer": "bk-500-1", "flux": "bf-500-1"},
     ]
     assert initial["apply_reps"] == 2
     lo, hi = initial["throughput_ratio_range"]
     assert [lo, hi] == sorted([first["throughput_ratio"], second["throughput_ratio"]])
     assert lo <= initial["throughput_ratio"] <= hi
     for rep in (first, second):
-        # Counted at the server: both tools sent one apply per object, on a fresh cluster each time.
+        # Counted at the server: every tool sent one apply per object, on a fresh cluster each time;
+        # Flux's engine a GET and a server-side dry-run before each.
         assert rep["agent"]["requests"]["by_verb"]["APPLY"] >= 500
         assert rep["peer"]["requests"]["by_verb"]["APPLY"] >= 500
-        # CPU of both sides, read per process: applying 500 objects costs every one of them CPU.
-        for side in ("agent", "peer"):
+        flux = rep["flux"]["requests"]["by_verb"]
+        assert flux["APPLY"] == flux["APPLY(dry-run)"] == 500 and flux["GET"] >= 500
+        # CPU of every side, read per process: applying 500 objects costs every one of them CPU.
+        for side in ("agent", "peer", "flux"):
             cpu = rep[side]["cpu"]
             assert cpu["apiserver"] > 0 and cpu["etcd"] > 0 and cpu["client"] > 0, (side, cpu)
             assert abs(cpu["server"] - cpu["apiserver"] - cpu["etcd"]) <= 0.011
@@ -158,12 +215,22 @@ def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
         assert initial["cpu_bound_seconds"][side] > 0
     assert initial["cores"] >= 1
     assert initial["bound_throughput_ratio"] > 0 and initial["bounds_ratio"] > 0
+    assert initial["flux_throughput_ratio"] > 0 and "flux_met" not in initial  # judged from 2,000 on
     steady = rows[("steady state", "kubectl apply --server-side")]
     assert steady["agent"]["requests"]["total"] <= size["kinds"] + 5
     assert "APPLY" not in steady["agent"]["requests"]["by_verb"]
+    # Flux's engine in steady state: a GET and a dry-run per object, no apply.
+    flux_steady = steady["flux"]["requests"]["by_verb"]
+    assert flux_steady["APPLY(dry-run)"] == 500 and flux_steady["GET"] >= 500 and "APPLY" not in flux_steady
     change = rows[("1% change: reconcile", "kubectl apply --server-side")]
     assert change["agent"]["requests"]["by_verb"]["APPLY"] == change["changed"] == 5
+    assert change["flux"]["requests"]["by_verb"]["APPLY"] == 5
     assert rows[("1% change: diff report", "kubectl diff --server-side")]["reported"] == 5
+    # The prune of 10%: both delete exactly the 50 objects removed from Git, counted at the server.
+    prune = rows[("prune of 10%", None)]
+    assert prune["removed"] == 50 and "peer" not in prune
+    assert prune["agent"]["requests"]["by_verb"]["DELETE"] == 50
+    assert prune["flux"]["requests"]["by_verb"]["DELETE"] == 50
     git = json.loads(next(tmp_path.glob("git-*.json")).read_text())["git"]
     assert git["commits"] == 300 and git["files"] == 200
     assert [r["metric"] for r in git["rows"]][:6] == [
@@ -185,6 +252,7 @@ def test_benchmarks_smoke_smallest_size(tmp_path: Path) -> None:
     md = next(tmp_path.glob("kube-*.md")).read_text()
     assert md.startswith("# Benchmarks") and "### CPU bound of the initial apply" in md
     assert "### Initial apply, every repetition" in md and ", 2 reps)" in md
+    assert "| Flux time ratio |" in md and "| prune of 10% | 500 (16) | — |" in md
 
 
 def test_benchmarks_apps_smoke_small_size_reads_every_app_with_one_list_per_kind(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import shlex
 import shutil
@@ -215,6 +216,33 @@ def test_dockerfile_builds_every_other_go_tool_as_install_go_tools_does() -> Non
         assert env[key] == script_env[key], key
     # Every built tool lands beside kustomize and helm.
     assert parse_dockerfile(docker).final.all("COPY")[1] == f"--from=tools /out/ {recipe()['tools_dir']}/"
+
+
+def test_install_go_tools_builds_a_benchmark_program_only_when_asked_so_the_image_never_ships_it(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/<name>/ programs (Flux's engine) share the tools' build and cache, but the default
+    set, which tools/image/build.py copies into the image, is the image's tools only."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "install-go-tools"
+    shutil.copy2(GO_TOOLS_SCRIPT, script)
+    (tmp_path / "tools" / "go").mkdir(parents=True)
+    (tmp_path / "tools" / "versions.env").write_text("# no GO_TOOL_ pins here\n")
+    peer = tmp_path / "benchmarks" / "peer"
+    peer.mkdir(parents=True)
+    (peer / "go.mod").write_text("module example.local/peer\n\ngo 1.26.0\n")
+    (peer / "main.go").write_text('package main\n\nfunc main() { println("peer") }\n')
+    env = {**os.environ, "GITOPS_AGENT_CACHE": str(tmp_path / "cache")}
+
+    def run(*args: str) -> list[str]:
+        out = subprocess.run([str(script), *args], capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert run() == []  # the image's set: no benchmark program
+    (built,) = run("--benchmarks")
+    assert Path(built).name == "peer" and subprocess.run([built], capture_output=True).returncode == 0
+    assert run("peer") == [built]  # by name, from the cache
 
 
 def test_sops_is_pinned_as_a_go_tool_so_both_images_build_it() -> None:

@@ -187,3 +187,21 @@ def test_a_missing_binary_gives_an_error_naming_the_fix(
         monkeypatch.undo()
         tools.cache_clear()
     assert not (tmp_path / "nobins").exists()
+
+
+def test_a_missing_go_tool_names_the_go_tools_script_and_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITOPS_AGENT_BIN_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("GITOPS_AGENT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    tools.cache_clear()
+    try:
+        for name in ("sops", "kstatus", "fluxssa"):
+            with pytest.raises(
+                LocalClusterError, match=rf"{name} not found: run scripts/install-go-tools {name}"
+            ):
+                tools.tool(name)
+    finally:
+        monkeypatch.undo()
+        tools.cache_clear()

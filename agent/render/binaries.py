@@ -19,8 +19,18 @@ from agent.errors import LocalClusterError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-control-plane"
 PATH_FALLBACK = ("kustomize", "helm", "sops")
-#: Tools ``scripts/install-go-tools`` builds (their ``GO_TOOL_<name>`` pins), for the hint of a missing one.
-GO_TOOLS = ("sops",)
+
+
+def go_tool_names(root: Path = REPO_ROOT) -> set[str]:
+    """What ``scripts/install-go-tools`` builds, read where it reads it (``GO_TOOL_<name>`` pins in
+    tools/versions.env, programs under tools/go/ and benchmarks/), for the hint of a missing one."""
+    names = {p.parent.name for p in (*root.glob("tools/go/*/go.mod"), *root.glob("benchmarks/*/go.mod"))}
+    pins = root / "tools" / "versions.env"
+    if pins.is_file():
+        for line in pins.read_text().splitlines():
+            if line.startswith("GO_TOOL_") and "=" in line:
+                names.add(line.split("=", 1)[0].removeprefix("GO_TOOL_"))
+    return names
 
 
 def cache_root() -> Path:
@@ -78,5 +88,5 @@ def tool(name: str, *, install: bool = False) -> Path:
         return found_go
     if name in PATH_FALLBACK and (found := shutil.which(name)):
         return Path(found)
-    script = "install-go-tools" if name in GO_TOOLS else "install-control-plane"
+    script = f"install-go-tools {name}" if name in go_tool_names() else "install-control-plane"
     raise LocalClusterError(f"{name} not found: run scripts/{script} (or set GITOPS_AGENT_BIN_DIR)")

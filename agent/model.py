@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,9 +75,15 @@ class ObjectKey(NamedTuple):
     def of(cls, manifest: Manifest) -> ObjectKey:
         group, _ = split_api_version(str(manifest.get("apiVersion", "")))
         meta = manifest.get("metadata") or {}
-        return cls(
+        return cls.interned(
             group, str(manifest.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
         )
+
+    @classmethod
+    def interned(cls, group: str, kind: str, namespace: str, name: str) -> ObjectKey:
+        """A key whose group, kind and namespace are shared with every other key's: a pass holds
+        tens of thousands of keys (live, members, verdicts), each with its own copy otherwise."""
+        return cls(sys.intern(group), sys.intern(kind), sys.intern(namespace), name)
 
     @property
     def group_kind(self) -> str:
@@ -88,7 +95,7 @@ class ObjectKey(NamedTuple):
         return f"{self.group_kind}/{ns}{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Provenance:
     """Where a desired object came from: repository-relative file, document index, line."""
 
@@ -229,7 +236,7 @@ class FieldConflict:
     live: Any = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     """The plan's verdict for one object. Values of Secrets are already masked here."""
 

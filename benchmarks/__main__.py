@@ -2,7 +2,8 @@
 
 Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``prune`` (1 and a prune of 10%),
 ``kube`` (1+2+3 and the prune), ``memory`` (4),
-``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10), ``all``; and
+``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10),
+``capacity`` (11), ``all``; and
 ``chaos`` (not in ``all``: the chaos and soak run, ``benchmarks/chaos``, docs/reliability.md). Prints a
 table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
 (git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md``. Local control
@@ -26,6 +27,7 @@ from typing import Any
 
 from benchmarks import (
     bench_apps,
+    bench_capacity,
     bench_git,
     bench_health,
     bench_isolation,
@@ -82,14 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         "command",
         choices=[
             *KUBE_PARTS,
-            "memory",
-            "git",
-            "isolation",
-            "apps",
-            "health",
-            "page",
-            "notify",
-            "all",
+            *("memory", "git", "isolation", "apps", "health", "page", "notify", "capacity", "all"),
             "chaos",
         ],
     )
@@ -115,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page-clusters", type=int, default=50, help="benchmark 9: clusters of the fleet")
     ap.add_argument("--page-apps", type=int, default=20, help="benchmark 9: apps on each cluster")
     ap.add_argument("--notify-size", type=int, default=500, help="benchmark 10: objects in Git")
+    ap.add_argument(
+        "--capacity-clusters", default="1,5,10", help="benchmark 11: fleet sizes (clusters served at once)"
+    )
+    ap.add_argument("--capacity-objects", type=int, default=500, help="benchmark 11: objects per cluster")
+    ap.add_argument("--capacity-apps", type=int, default=5, help="benchmark 11: apps per cluster")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument(
@@ -140,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--apply-reps must be at least 1")
     if args.apps < 1 or args.objects_per_app < 1:
         ap.error("--apps and --objects-per-app must be at least 1")
+    capacity_sizes = [int(s) for s in args.capacity_clusters.split(",") if s]
+    if not capacity_sizes or min(capacity_sizes) < 1:
+        ap.error("--capacity-clusters must list fleet sizes of at least 1")
+    if args.capacity_apps < 1 or args.capacity_objects < args.capacity_apps:
+        ap.error("--capacity-apps must be at least 1 and --capacity-objects at least --capacity-apps")
     if args.health_apps < 1 or args.deployments_per_app < 1:
         ap.error("--health-apps and --deployments-per-app must be at least 1")
 
@@ -180,6 +185,14 @@ def main(argv: list[str] | None = None) -> int:
             print(bench_page.format_line(results["page"]), flush=True)
         if cmd in ("notify", "all"):
             results["notify"] = bench_notify.run(root, n=args.notify_size, reps=args.reps)
+        if cmd in ("capacity", "all"):
+            results["capacity"] = bench_capacity.run(
+                root,
+                capacity_sizes,
+                objects=args.capacity_objects,
+                apps=args.capacity_apps,
+                reps=args.reps,
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)

@@ -4,12 +4,14 @@ Called by ``benchmarks.__main__`` (``python -m benchmarks apps``).
 
 The benchmark workload of ``apps`` x ``per_app`` objects (``workload.py``: 16 kinds, a CRD and its
 custom resources included) is cut into ``apps`` consecutive slices, one `[[apps]]` app each
-(``workload/app-000`` ...), all on one local cluster served by one in-process ``Fleet``, as
-deployed. Apps share the cluster pass's one read: one LIST per kind for every app's objects and one
-labelled LIST for every app's ApplySet parent, so a steady pass costs the same requests whether
+(``workload/app-000`` ...), all on one local cluster served by one ``Fleet``, as deployed, in a
+process of its own (``harness.AgentProcess``: its CPU and RSS are the agent's alone). Apps share
+the cluster pass's one read: one LIST per kind for every app's objects and one labelled LIST for
+every app's ApplySet parent, so a steady pass costs the same requests whether
 the objects are one app or a hundred (docs/architecture.md, "Apps"). The target is the one of the
 other steady-state rows, per cluster pass: requests ≤ kinds + 5. There is no peer: kubectl has no
-apps; the figure is the request count itself, with the pass's wall time and CPU beside it.
+apps; the figure is the request count itself, with the pass's wall time, CPU and the agent's RSS
+beside it.
 
 ``run_tenants`` is its multi-tenant row (docs/tenancy.md): apps acting as namespace-bound
 ServiceAccounts, installed with the shipped ``manifests/multi-tenant`` RBAC, the agent running on
@@ -78,25 +80,35 @@ def run(root: Path, apps: int = 100, per_app: int = 50, reps: int = 3) -> dict[s
         cfg = h.write_config(
             root / f"apps-{apps}.toml", repo, root / f"cache-apps-{apps}", [cluster], apps=names
         )
-        agent = h.InProcessAgent(cfg)
+        # In a process of its own, so that its RSS is the agent's alone (benchmarks/README.md).
+        agent = h.AgentProcess(cfg)
         try:
-            rev = agent.source.poll()
-            first = h.measure([cluster], lambda: agent.fleet.reconcile_all(rev))
-            passes = _settle(agent, n)
-            runs = [h.measure([cluster], lambda: agent.fleet.reconcile_all(rev)) for _ in range(reps)]
+            first = agent.measured_pass([cluster])
+            passes = _settle_process(agent, n)
+            runs = [agent.measured_pass([cluster]) for _ in range(reps)]
         finally:
             agent.close()
     for m in runs:
-        if h.outcome_counts(m.value) != {"unchanged": n} or len(m.value) != apps:
-            raise RuntimeError(
-                f"steady state of {apps} apps: {h.outcome_counts(m.value)}, {len(m.value)} results"
-            )
-    out["first_pass"] = {**first.to_json(), "outcomes": h.outcome_counts(first.value)}
+        if m.value["outcomes"] != {"unchanged": n} or m.value["results"] != apps or m.value["failed"]:
+            raise RuntimeError(f"steady state of {apps} apps: {m.value}")
+    out["first_pass"] = {**first.to_json(), "outcomes": first.value["outcomes"]}
     out["settle_passes"] = passes
-    out["rows"] = [
-        _steady_row(runs, f"steady state, {apps} apps on one cluster", limit, f"kinds + {HANDFUL}")
-    ]
+    row = _steady_row(runs, f"steady state, {apps} apps on one cluster", limit, f"kinds + {HANDFUL}")
+    row["rss_mb"] = round(max(m.value["rss_mb"] for m in runs), 1)
+    row["peak_rss_mb"] = round(max(m.value["peak_rss_mb"] for m in runs), 1)
+    out["rows"] = [row]
     return out
+
+
+def _settle_process(agent: h.AgentProcess, n: int) -> list[dict[str, Any]]:
+    """``_settle`` for an agent in its own process."""
+    passes: list[dict[str, Any]] = []
+    for i in range(SETTLE_PASSES):
+        reply = agent.one_pass()
+        passes.append({"pass": i + 1, "outcomes": reply["outcomes"], "failed_apps": len(reply["failed"])})
+        if not reply["failed"] and reply["outcomes"] == {"unchanged": n}:
+            return passes
+    raise RuntimeError(f"{n} objects in apps never settled: {passes}; last failures: {reply['failed'][:3]}")
 
 
 def _steady_row(runs: list[h.Measured], metric: str, limit: int, bound: str) -> dict[str, Any]:
@@ -122,7 +134,8 @@ def format_line(result: dict[str, Any]) -> str:
         f"apps {result['apps']}x{result['objects_per_app']} ({result['kinds']} kinds)  steady pass "
         f"{a['seconds']:.3f}s, requests per pass {row['requests_per_pass']} "
         f"({' '.join(f'{v}={k}' for v, k in a['requests']['by_verb'].items())}) "
-        f"cpu {a['cpu']['server']:.2f}+{a['cpu']['client']:.2f}s  {status}"
+        f"cpu {a['cpu']['server']:.2f}+{a['cpu']['client']:.2f}s  agent RSS {row['rss_mb']} MB "
+        f"(peak {row['peak_rss_mb']} MB)  {status}"
     )
 
 

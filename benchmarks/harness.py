@@ -32,6 +32,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from agent.dev import localcluster
 from agent.dev.process import LocalCluster
@@ -50,6 +51,7 @@ _ROW = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _IGNORED_RESOURCES = {"leases"}
 _IGNORED_PATHS = {"/healthz", "/readyz", "/livez", "/metrics"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 # -- clusters ---------------------------------------------------------------------------------
@@ -512,3 +514,127 @@ def format_row(size: int | str, row: dict[str, Any]) -> str:
 def _cpu(side: dict[str, Any]) -> str:
     c = side.get("cpu")
     return f"cpu {c['server']:.2f}+{c['client']:.2f}s" if c else ""
+
+
+# -- the agent in a process of its own ------------------------------------------------------
+
+
+def serve_passes(config: Path, commands: IO[str], replies: IO[str]) -> None:
+    """The child of ``AgentProcess``: each ``pass`` line, one pass of every cluster at the revision
+    polled once at the start, answered with a JSON line (wall time, outcomes, failures, results)."""
+    from agent.run import heap
+
+    heap.tune()  # as ``gitops-agent run`` does
+    quiet_logs()
+    agent = InProcessAgent(config)
+    revision = agent.source.poll()
+    try:
+        for line in commands:
+            if line.strip() != "pass":
+                break
+            t0 = time.perf_counter()
+            results = agent.fleet.reconcile_all(revision)
+            seconds = time.perf_counter() - t0
+            failed = sorted(f"{r.cluster}/{r.app}: {r.error}"[:200] for r in results if not r.ok)
+            reply = {
+                "seconds": seconds,
+                "outcomes": outcome_counts(results),
+                "failed": failed,
+                "results": len(results),
+            }
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+    finally:
+        agent.close()
+
+
+class AgentProcess:
+    """The agent in a child process of its own (``serve_passes``), driven one pass at a time, so
+    that its CPU, memory and sockets can be read from ``/proc`` without the benchmark's own."""
+
+    def __init__(self, config: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.harness", "--child", str(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
+        )
+        self.pid = self.proc.pid
+
+    def one_pass(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("pass\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the agent under measurement exited {self.proc.wait()}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def measured_pass(self, clusters: list[LocalCluster]) -> Measured:
+        """One pass under ``measure``: its value is the child's reply; ``client`` CPU is the child's,
+        and ``rss_mb``/``peak_rss_mb`` of the child are added to the value after the pass."""
+        cpu0 = process_cpu(self.pid)
+        m = measure(clusters, self.one_pass)
+        m.cpu["client"] = process_cpu(self.pid) - cpu0
+        m.value["rss_mb"], m.value["peak_rss_mb"] = memory_mb(self.pid)
+        return m
+
+    def close(self) -> None:
+        """End the child (its stdin closed: it stops after the pass in hand) and its pipes."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of ``pid`` in MB."""
+    found: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                found[name] = int(rest.split()[0]) / 1024
+    return found["VmRSS"], found["VmHWM"]
+
+
+def connections(pid: int, ports: set[int]) -> int:
+    """Established TCP connections of ``pid`` to any of ``ports`` (the API servers)."""
+    inodes = set()
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    remote_port = int(cols[2].rsplit(":", 1)[1], 16)
+                    if cols[3] == "01" and cols[9] in inodes and remote_port in ports:
+                        count += 1
+        except FileNotFoundError:
+            continue
+    return count
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        serve_passes(Path(sys.argv[2]), sys.stdin, sys.stdout)
+    else:
+        sys.exit("usage: python -m benchmarks.harness --child CONFIG (AgentProcess starts it)")

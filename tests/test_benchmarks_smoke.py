@@ -273,8 +273,10 @@ def test_benchmarks_apps_smoke_small_size_reads_every_app_with_one_list_per_kind
     assert row["agent"]["requests"]["by_verb"] == {"LIST": apps["kinds"] + 1}
     assert row["by_resource"]["LIST configmaps"] == 2
     assert all(v == 1 for k, v in row["by_resource"].items() if k != "LIST configmaps")
+    assert row["peak_rss_mb"] >= row["rss_mb"] > 50  # the agent's own process, read from /proc
     md = next(tmp_path.glob("apps-*.md")).read_text()
     assert "## Apps (6 apps x 40 objects on one cluster, steady state)" in md
+    assert "The agent's RSS after a steady pass:" in md
     assert "- steady state, 6 apps on one cluster: met" in md
 
 
@@ -336,3 +338,29 @@ def test_benchmarks_notify_smoke_times_a_push_and_a_hanging_sink_against_their_p
     assert sink["sink"]["queued"] + sink["sink"]["dropped"] + sink["sink"]["failed"] >= 10
     md = next(tmp_path.glob("notify-*.md")).read_text()
     assert "## Notifications and the webhook receiver (30 objects on one cluster)" in md
+
+
+def test_benchmarks_capacity_smoke_measures_each_fleet_size_from_outside_the_agent(tmp_path: Path) -> None:
+    """Two fleet sizes of tiny clusters: every figure read from the agent's own process, requests
+    counted by the servers (reads only, the same per cluster at both sizes), and the model."""
+    clusters.require_control_plane()
+    argv = ["capacity", "--capacity-clusters", "1,2", "--capacity-objects", "40", "--capacity-apps", "2"]
+    assert main([*argv, "--reps", "1", "--out", str(tmp_path)]) == 0
+    cap = json.loads(next(tmp_path.glob("capacity-*.json")).read_text())["capacity"]
+    one, two = cap["rows"]
+    assert (one["clusters"], two["clusters"]) == (1, 2)
+    kinds = cap["kinds"]
+    for row in (one, two):
+        # Steady state: one LIST per kind and one for the apps' parents, per cluster; no write.
+        assert row["requests_per_cluster"] == kinds + 1, row
+        assert row["agent_cpu"] > 0 and row["peak_rss_mb"] >= row["rss_mb"] > 50
+        # Keep-alive connections to each API server the pass talked to, and to no other.
+        assert row["clusters"] <= row["connections"] <= row["clusters"] * 8
+    model = cap["model"]
+    assert model["per_cluster_mb"] > 0 and model["cpu_per_cluster_pass"] > 0
+    assert [lim["interval_s"] for lim in model["limits"]] == [60.0, 300.0, 600.0]
+    for lim in model["limits"]:
+        assert lim["clusters"] == min(lim["by_cpu"], lim["by_memory"]) > 0
+    md = next(tmp_path.glob("capacity-*.md")).read_text()
+    assert "## Capacity (40 objects in 2 apps per cluster, steady state)" in md
+    assert "| reconcile_interval | clusters | CPU allows | memory allows | bound by |" in md

@@ -17,7 +17,7 @@ import pytest
 
 from agent.config.types import HelmSettings
 from agent.errors import RenderError
-from agent.model import DesiredSet
+from agent.model import DesiredObject, DesiredSet
 from agent.render import renderer as render_module
 from agent.render.binaries import tool
 from agent.render.renderer import RenderCache, RenderSpec, render
@@ -26,6 +26,28 @@ from tests.clusters import ClusterPool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 PLAIN_VARS = {"NAMESPACE": "shop", "WEB_REPLICAS": "3", "NGINX_TAG": "1.27"}
+
+
+def test_clusters_preparing_one_render_alike_share_the_prepared_objects(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "plain", tmp_path / "plain")
+    cache = RenderCache()
+    a = cache.render(tmp_path, RenderSpec("a", ("plain",), PLAIN_VARS), revision="abc123")
+    b = cache.render(tmp_path, RenderSpec("b", ("plain",), PLAIN_VARS), revision="abc123")
+    assert a.objects is b.objects
+    built: list[int] = []
+
+    def build() -> list[DesiredObject]:
+        built.append(1)
+        return [DesiredObject(dict(o.manifest), o.provenance) for o in a.objects]
+
+    pa, pb = cache.prepared(a, ("set", "ns"), build), cache.prepared(b, ("set", "ns"), build)
+    assert len(built) == 1 and all(x is y for x, y in zip(pa, pb, strict=True))
+    other = cache.prepared(b, ("set", "elsewhere"), build)  # another token: prepared apart
+    assert len(built) == 2 and not set(map(id, other)) & set(map(id, pa))
+    alone = render(tmp_path, RenderSpec("c", ("plain",), PLAIN_VARS))  # not in the cache: never kept
+    cache.prepared(alone, ("set", "ns"), build)
+    cache.prepared(alone, ("set", "ns"), build)
+    assert len(built) == 4
 
 
 def test_cache_serves_a_drift_only_pass_without_rendering_again(tmp_path: Path) -> None:
@@ -215,3 +237,9 @@ def test_render_shared_between_clusters_is_never_mutated(
     assert a.objects is b.objects and (a.cluster, b.cluster) == ("pool-a", "pool-b")
     fresh = render(revision.tree, RenderSpec("x", ("app",), {"N": "2"}), revision=revision.sha)
     assert [o.manifest for o in a.objects] == [o.manifest for o in fresh.objects]
+    # Prepared (label, namespaces) alike, the two clusters hold one copy of the objects too.
+    ra, rb = reconcilers["pool-a"], reconcilers["pool-b"]
+    inventory_id = ra.store_for(ra.parent_of("pool-a")).id
+    pa, pb = ra.prepare(a, inventory_id), rb.prepare(b, inventory_id)
+    assert pa and all(x is y for x, y in zip(pa, pb, strict=True))
+    assert not set(map(id, rb.prepare(b, "another-set"))) & set(map(id, pb))

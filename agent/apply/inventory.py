@@ -69,7 +69,7 @@ def parent_name(agent: str, app: str, *, implicit: bool) -> str:
     return agent if implicit else f"{agent}.{app}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Member:
     key: ObjectKey
     uid: str = ""
@@ -81,7 +81,8 @@ class Member:
     @classmethod
     def from_json(cls, d: dict[str, str]) -> Member:
         return cls(
-            ObjectKey(d.get("group", ""), d["kind"], d.get("namespace", ""), d["name"]), d.get("uid", "")
+            ObjectKey.interned(d.get("group", ""), d["kind"], d.get("namespace", ""), d["name"]),
+            d.get("uid", ""),
         )
 
 

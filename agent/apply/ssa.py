@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agent.config.types import CLUSTER_DEFAULTS, CONFLICT_RETRIES, CRD_WAIT
@@ -46,6 +47,8 @@ from agent.plan import apis
 Replanner = Callable[[ObjectKey, Manifest | None, tuple[StatusCause, ...]], Change]
 #: The request body of a change: the plan masks Secret values, only this puts them back.
 BodyFor = Callable[[Change], Manifest | None]
+#: Requests submitted ahead per worker of the apply pool: enough that no worker waits for work.
+WINDOW_PER_WORKER = 4
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,11 @@ def apply_changes(
             sent = dict(
                 zip(
                     sends,
-                    pool.map(
-                        lambda c: _apply_one(client, c, options, replan, body_for), [batch[i] for i in sends]
+                    _windowed(
+                        pool,
+                        lambda c: _apply_one(client, c, options, replan, body_for),
+                        [batch[i] for i in sends],
+                        window=max(1, options.concurrency) * WINDOW_PER_WORKER,
                     ),
                     strict=True,
                 )
@@ -99,6 +105,23 @@ def apply_changes(
                     options,
                 )
     return results
+
+
+def _windowed(
+    pool: ThreadPoolExecutor, fn: Callable[[Change], ApplyResult], items: Sequence[Change], *, window: int
+) -> Iterator[ApplyResult]:
+    """``pool.map(fn, items)`` with at most ``window`` submitted and not yet taken.
+
+    ``pool.map`` submits every item at once: a future (with its condition and lock) per object,
+    ~1 KB each, 9,000 objects x 3 clusters were ~25 MB of a first pass's peak.
+    """
+    pending: deque[Future[ApplyResult]] = deque()
+    for item in items:
+        if len(pending) >= window:
+            yield pending.popleft().result()
+        pending.append(pool.submit(fn, item))
+    while pending:
+        yield pending.popleft().result()
 
 
 def _sends(change: Change) -> bool:

@@ -75,8 +75,11 @@ def run(
     log_level: str | None,
 ) -> None:
     """Reconcile every configured cluster from Git (forever, or --once)."""
+    from agent.run import heap
     from agent.run.fleet import Fleet
     from agent.run.scheduler import Daemon
+
+    heap.tune()  # before any pass starts a thread (each may get an arena of its own)
 
     if not once and (dry_run or clusters):
         # The daemon reconciles every configured cluster for real: running it with a flag it

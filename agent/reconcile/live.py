@@ -26,7 +26,11 @@ GroupKind = tuple[str, str]
 Inspect = Callable[[GroupKind, dict[ObjectKey, Manifest | None]], list[Any]]
 #: Wanted objects planned per chunk of a listing: small enough that a chunk's decoded objects are
 #: little memory, large enough that a chunk's bookkeeping is negligible.
-CHUNK = 64
+CHUNK = 16
+#: Kinds listed at once per cluster (at most its ``concurrency``). Each listing holds a page's text
+#: (~0.6 MB at 500 items) and a chunk of decoded objects; decoding holds the GIL, so more listings
+#: side by side add memory (several clusters list at once) without a faster pass.
+LIST_WORKERS = 4
 
 
 @dataclass
@@ -95,7 +99,7 @@ def read_live(
 
     # Kinds are listed side by side on the cluster's own bounded pool: the server encodes
     # one list while we decode another. Results are then taken in a fixed order.
-    workers = max(1, min(concurrency, len(served)))
+    workers = max(1, min(concurrency, LIST_WORKERS, len(served)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"list-{client.name}") as pool:
         listed = dict(zip(sorted(served), pool.map(listing, sorted(served)), strict=True))
     for gk, members in sorted(wanted.items()):

@@ -8,7 +8,7 @@ OpenAPI schema index, the render cache) and the inventories of its apps. It deci
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from agent.apply import prune as prune_stage
@@ -259,6 +259,27 @@ class ClusterStages:
         disc = self.client.discovery()
         scopes = crd_scopes(desired.objects)
         fallback = default_namespace or self.cluster.settings.default_namespace
+        # Each kind's scope here: with the membership label and the default namespace, all that
+        # preparing depends on besides the render, so clusters alike share one prepared copy.
+        namespaced: dict[tuple[str, str], bool | None] = {}
+        for obj in desired.objects:
+            kind = (obj.api_version, obj.key.kind)
+            if kind not in namespaced:
+                group = obj.key.group
+                info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
+                namespaced[kind] = info.namespaced if info else scopes.get((group, obj.key.kind))
+        token = (inventory_id, fallback, tuple(sorted(namespaced.items())))
+        return self.render_cache.prepared(
+            desired, token, lambda: self._prepared(desired, inventory_id, fallback, namespaced)
+        )
+
+    def _prepared(
+        self,
+        desired: DesiredSet,
+        inventory_id: str,
+        fallback: str,
+        scopes: Mapping[tuple[str, str], bool | None],
+    ) -> list[DesiredObject]:
         out: list[DesiredObject] = []
         problems: list[RenderProblem] = []
         for obj in desired.objects:
@@ -269,9 +290,7 @@ class ClusterStages:
             meta = m["metadata"] = dict(m.get("metadata") or {})
             if isinstance(meta.get("labels"), dict):
                 meta["labels"] = dict(meta["labels"])
-            group = obj.key.group
-            info = disc.find(obj.api_version, obj.key.kind) or disc.find_group_kind(group, obj.key.kind)
-            namespaced = info.namespaced if info else scopes.get((group, obj.key.kind))
+            namespaced = scopes[(obj.api_version, obj.key.kind)]
             if namespaced is None:
                 namespaced = bool(meta.get("namespace"))  # unknown kind: keep as written; apply reports it
             if namespaced and not meta.get("namespace"):

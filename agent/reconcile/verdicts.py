@@ -17,7 +17,7 @@ from agent.model import Action, AppConflict, Change, DesiredObject, Manifest, Ob
 from agent.plan.planner import PlanOptions, plan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """One object's change for one app, the live version it was planned against, whether it was
     planned now, and what the pass decided about apps sharing it."""

@@ -21,6 +21,7 @@ its tag resolved again, so ``replicas: ${N}`` is an int and ``"${N}"`` a str.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
@@ -157,6 +158,7 @@ class _Walk:
                 key = self.build(key_node)
                 if key.__class__ is not str or key in data:
                     raise _Handover  # non-string or duplicate key (or a merge key, "<<" tagged merge)
+                key = sys.intern(key)  # one "metadata" for every object held, not one each
                 data[key] = self.build(value_node)
             return data
         if cls is SequenceNode:
@@ -178,7 +180,7 @@ class _Walk:
                     node.tag = _resolve(ScalarNode, new, (True, False))
         tag = node.tag
         if tag == _STR:
-            return node.value
+            return sys.intern(node.value) if len(node.value) <= 32 else node.value
         if tag == _INT:
             return _constructor.construct_yaml_int(node)
         if tag == _NULL:

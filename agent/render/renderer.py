@@ -49,7 +49,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -512,6 +512,8 @@ class _Entry:
     sealed: bool = False
     #: What Helm was told about the cluster: the entry holds only while the cluster still says so.
     capabilities: Capabilities | None = None
+    #: The objects as clusters prepared them (``RenderCache.prepared``), by what preparing used.
+    prepared: OrderedDict[Hashable, list[DesiredObject]] = field(default_factory=OrderedDict)
 
 
 class RenderCache:
@@ -534,6 +536,8 @@ class RenderCache:
     """
 
     DEFAULT_ENTRIES = 64
+    #: Distinct preparations kept per render (clusters that differ in default namespace or scopes).
+    PREPARED_PER_RENDER = 8
 
     def __init__(self, max_entries: int = DEFAULT_ENTRIES, *, revisions_per_spec: int = 2) -> None:
         self.max_entries = max_entries
@@ -627,6 +631,30 @@ class RenderCache:
             if not flight.locked():
                 self._flights.pop(flight_key, None)
         return found
+
+    def prepared(
+        self, view: DesiredSet, token: Hashable, build: Callable[[], list[DesiredObject]]
+    ) -> list[DesiredObject]:
+        """``build()``'s objects, shared by every cluster preparing a cached render with an equal ``token``.
+
+        ``token`` must name everything the objects depend on besides the render (the membership
+        label, the default namespace, each kind's scope in the cluster): clusters serving the
+        same paths then hold one prepared copy instead of one each, and a later pass at the same
+        revision gets the very objects its no-op memo holds. A render this cache does not hold
+        (no revision, evicted) is prepared afresh; an error raised by ``build`` is not kept.
+        """
+        with self._lock:
+            entry = next((e for e in self._entries.values() if e.objects is view.objects), None)
+            found = entry.prepared.get(token) if entry is not None else None
+        if found is None:
+            made = build()
+            if entry is None:
+                return made
+            with self._lock:
+                found = entry.prepared.setdefault(token, made)
+                while len(entry.prepared) > self.PREPARED_PER_RENDER:
+                    entry.prepared.popitem(last=False)
+        return list(found)  # callers may filter their list; the objects are never written to
 
     def __len__(self) -> int:
         return len(self._entries)

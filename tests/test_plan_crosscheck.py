@@ -36,7 +36,9 @@ from agent.kube.client import KubeClient, ResourceInfo
 from agent.model import Action, DesiredObject, Manifest, Provenance
 from agent.plan.planner import PlanOptions, plan_object, request_body, send_body
 from agent.plan.schema import SchemaIndex
-from tests.clusters import TestNamespace
+from agent.reconcile.stages import ClusterStages
+from tests.agentkit import make_repo, write_config
+from tests.clusters import ClusterPool, TestNamespace
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -435,3 +437,32 @@ def test_plan_agrees_with_a_server_side_dry_run_apply_on_every_object(namespace:
                 if e.status != 404:
                     raise
         client.close()
+
+
+@pytest.mark.cluster
+def test_an_openapi_document_without_a_kind_of_the_pass_is_asked_for_again_next_pass(
+    tmp_path: Path, cluster_pool: ClusterPool
+) -> None:
+    """A CRD created in this pass may be published without its kind yet: marking its group-version
+    loaded would plan the kind's list-maps as atomic lists for good, re-applying every pass."""
+    repo = make_repo(tmp_path, {"clusters/pool-a/none.yaml": "# nothing\n"})
+    cfg = write_config(tmp_path, repo, {"pool-a": cluster_pool["pool-a"]})
+    stages = ClusterStages(cfg, cfg.cluster("pool-a"))
+    try:
+        meta = {"name": "x", "namespace": "default"}
+        unpublished = DesiredObject(
+            {"apiVersion": "apps/v1", "kind": "NotYet", "metadata": meta}, Provenance("a")
+        )
+        deployment = DesiredObject(
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta}, Provenance("b")
+        )
+        stages.load_schema([unpublished])
+        first = stages._schema_generation
+        stages.load_schema([unpublished])
+        assert stages._schema_generation == first + 1, "the document lacking the kind was not asked for again"
+        stages.load_schema([deployment])
+        loaded = stages._schema_generation
+        stages.load_schema([deployment])
+        assert stages._schema_generation == loaded, "a document holding every kind is asked for once"
+    finally:
+        stages.client.close()

@@ -357,13 +357,20 @@ class ClusterStages:
 
     def load_schema(self, objs: Iterable[DesiredObject]) -> None:
         """OpenAPI v3 per group-version, once per client lifetime (list-map keys, int-or-string)."""
-        for group, version in sorted({split_api_version(o.api_version) for o in objs}):
+        kinds: dict[tuple[str, str], set[str]] = {}
+        for o in objs:
+            kinds.setdefault(split_api_version(o.api_version), set()).add(o.key.kind)
+        for (group, version), wanted in sorted(kinds.items()):
             gv = (group, version)
             if gv in self._schema_loaded:
                 continue
             try:
                 self.schema.add_document(self.client.openapi_v3(group, version))
                 self._schema_generation += 1
+                if not all(self.schema.knows(group, version, k) for k in wanted):
+                    # Published before a CRD of this pass was in it: ask again next pass, or its
+                    # list-maps would be planned as atomic lists for good (a re-apply every pass).
+                    continue
             except ApiError as e:
                 if e.is_cluster_level:
                     raise

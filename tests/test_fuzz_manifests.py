@@ -43,7 +43,7 @@ from tests.fuzzkit import bounded, fuzz_settings
 #: Examples of the plain-directory test: each a file of one or more hostile documents.
 PLAIN_EXAMPLES = 520
 HEAVY_EXAMPLES = 20
-KUSTOMIZE_EXAMPLES = 30
+KUSTOMIZE_EXAMPLES = 15
 #: Bounds of one example (render and plan): far above the usual cost (~10 ms; 2 s for the largest).
 SECONDS = 20.0
 PEAK = 256 << 20

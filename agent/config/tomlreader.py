@@ -8,11 +8,14 @@ closest known one), and raises ``ConfigError`` naming ``table.key`` and the file
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any
 
 from agent.errors import ConfigError
 
+#: A key TOML writes bare; any other (``""``, ``"a.b"``) is shown quoted, as it is written.
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+(\[\d+\])*")  # an array entry too: clusters[1]
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -45,7 +48,8 @@ class TableReader:
         self.used: set[str] = set()
 
     def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
+        shown = name if _BARE_KEY.fullmatch(name) else json.dumps(name, ensure_ascii=False)
+        return f"{self.path}.{shown}" if self.path else shown
 
     def error(self, name: str, message: str) -> ConfigError:
         return ConfigError(self.key(name), message, file=self.file)

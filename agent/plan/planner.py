@@ -144,7 +144,7 @@ def _change(obj: DesiredObject, action: Action, **kw: Any) -> Change:
 
 
 def _annotation(manifest: Manifest | None, name: str) -> str:
-    return str(((manifest or {}).get("metadata") or {}).get("annotations", {}).get(name) or "")
+    return str((((manifest or {}).get("metadata") or {}).get("annotations") or {}).get(name) or "")
 
 
 def _pointer_paths(manifest: Manifest, annotation: str, node: Node) -> tuple[FieldPath, ...]:

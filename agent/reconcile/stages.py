@@ -288,8 +288,8 @@ class ClusterStages:
             # copy before editing). A deep copy per object per pass cost time and a copy of every object.
             m = dict(obj.manifest)
             meta = m["metadata"] = dict(m.get("metadata") or {})
-            if isinstance(meta.get("labels"), dict):
-                meta["labels"] = dict(meta["labels"])
+            # ``labels: null`` is valid (render refuses any other non-mapping): ours goes in a new map.
+            meta["labels"] = dict(meta.get("labels") or {})
             namespaced = scopes[(obj.api_version, obj.key.kind)]
             if namespaced is None:
                 namespaced = bool(meta.get("namespace"))  # unknown kind: keep as written; apply reports it
@@ -304,7 +304,7 @@ class ClusterStages:
                     )
                 )
                 continue
-            meta.setdefault("labels", {})[PART_OF] = inventory_id
+            meta["labels"][PART_OF] = inventory_id
             out.append(DesiredObject(m, obj.provenance))
         if problems:
             raise RenderError(problems, cluster=self.cluster.name)

@@ -39,6 +39,10 @@ from agent.render.substitute import substitute
 
 #: Expanded node count above which a document is refused (a "billion laughs" alias bomb).
 MAX_EXPANDED_NODES = 1_000_000
+#: Nesting levels an object may have. The YAML loaders stop far deeper (at Python's recursion
+#: limit), where the planner's and the diff's recursive walks would fail; real objects (CRD
+#: schemas included) stay well under a hundred.
+MAX_DEPTH = 200
 _NAME_FORBIDDEN = ("/", "%")
 
 
@@ -448,21 +452,46 @@ def validate(obj: dict[str, Any]) -> list[str]:
                 errors.append(f"{where}: metadata.{key} must be a string, got {type(v).__name__} {_short(v)}")
             elif not v or v in (".", "..") or any(c in v for c in _NAME_FORBIDDEN):
                 errors.append(f"{where}: metadata.{key} {v!r} is not a valid object name")
+        # The agent adds its membership label and reads its annotations before any request: a
+        # shape the server would refuse anyway must not reach that code (found by fuzzing).
+        errors.extend(
+            _string_map(meta.get(key), f"{where}: metadata.{key}") for key in ("labels", "annotations")
+        )
+    if obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1":
+        errors.extend(_string_map(obj.get(key), f"{where}: {key}") for key in ("data", "stringData"))
     bad = _non_json(obj, "")
     if bad:
         errors.append(f"{where}: {bad}")
-    return errors
+    return [e for e in errors if e]
+
+
+def _string_map(value: Any, what: str) -> str:
+    """Why ``value`` is not a mapping of strings (labels, annotations, a Secret's data), or ``""``.
+
+    Absent, null and null values are left to the server, which takes them as empty.
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, dict):
+        return f"{what} must be a mapping of strings, got {type(value).__name__} {_short(value)}"
+    for key, item in value.items():
+        if item is not None and not isinstance(item, str):
+            return f"{what}.{key} must be a string, got {type(item).__name__} {_short(item)} (quote it)"
+    return ""
 
 
 def _non_json(value: Any, path: str) -> str | None:
-    """The first value that JSON (and so Kubernetes) cannot carry, if any."""
-    stack: list[tuple[Any, str]] = [(value, path)]
+    """The first value that JSON (and so Kubernetes) cannot carry, if any, or the first nested
+    more than ``MAX_DEPTH`` levels deep."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
-        v, p = stack.pop()
+        v, p, depth = stack.pop()
+        if depth > MAX_DEPTH and isinstance(v, dict | list):
+            return f"{p[:80]}...: nested more than {MAX_DEPTH} levels deep"
         if isinstance(v, dict):
-            stack.extend((item, f"{p}.{k}" if p else str(k)) for k, item in v.items())
+            stack.extend((item, f"{p}.{k}" if p else str(k), depth + 1) for k, item in v.items())
         elif isinstance(v, list):
-            stack.extend((item, f"{p}[{i}]") for i, item in enumerate(v))
+            stack.extend((item, f"{p}[{i}]", depth + 1) for i, item in enumerate(v))
         elif isinstance(v, float) and not math.isfinite(v):
             return f"{p}: {v} is not a JSON number"
         elif v is not None and not isinstance(v, (str, int, float, bool)):

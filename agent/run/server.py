@@ -293,7 +293,11 @@ class HealthServer:
                 path = self.path.split("?")[0]
                 if outer.page is None or not (path == "/" or path == "/ui" or path.startswith("/ui/")):
                     return False
-                length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
+                try:
+                    length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
+                except ValueError:  # "abc", "5, 5": answered, not a traceback and a dropped connection
+                    self._send(400, "text/plain", b"bad Content-Length\n")
+                    return True
                 body = self.rfile.read(length) if method == "POST" and length > 0 else b""
                 headers = {k: v for k, v in self.headers.items()}
                 answer: Response = outer.page.handle(method, self.path, headers, body)

@@ -364,3 +364,21 @@ def test_benchmarks_capacity_smoke_measures_each_fleet_size_from_outside_the_age
     md = next(tmp_path.glob("capacity-*.md")).read_text()
     assert "## Capacity (40 objects in 2 apps per cluster, steady state)" in md
     assert "| reconcile_interval | clusters | CPU allows | memory allows | bound by |" in md
+
+
+def test_benchmarks_memory_and_isolation_smoke_measure_the_agent_on_three_tiny_clusters(
+    tmp_path: Path,
+) -> None:
+    """Benchmarks 4 and 6 at tiny sizes: the agent's peak RSS from the kernel for both passes, and
+    the healthy clusters' pass latencies with one of three frozen (its error named)."""
+    clusters.require_control_plane()
+    assert main(["memory", "--memory-sizes", "30", "--out", str(tmp_path / "m")]) == 0
+    mem = json.loads(next((tmp_path / "m").glob("memory-*.json")).read_text())["memory"]
+    (row,) = mem["rows"]
+    assert row["objects_per_cluster"] == 30 and row["clusters"] == 3
+    assert mem["baseline_import_mb"] > 20 and row["peak_mb"] >= mem["baseline_import_mb"]
+    assert row["peak_mb"] == max(row["apply"]["peak_mb"], row["steady"]["peak_mb"])
+    assert main(["isolation", "--isolation-size", "20", "--reps", "1", "--out", str(tmp_path / "i")]) == 0
+    iso = json.loads(next((tmp_path / "i").glob("isolation-*.json")).read_text())["isolation"]
+    (row,) = iso["rows"]
+    assert row["baseline_runs"] and row["frozen_runs"] and row["frozen_cluster_error"], row

@@ -12,7 +12,72 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def read_body(h: BaseHTTPRequestHandler) -> bytes:
+    """The request's body, sent with a length or chunked (Git sends large pushes/fetches chunked)."""
+    if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size = int(h.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                h.rfile.readline()
+                return b"".join(chunks)
+            chunks.append(h.rfile.read(size))
+            h.rfile.readline()
+    return h.rfile.read(int(h.headers.get("Content-Length") or 0))
+
+
+def run_backend(h: BaseHTTPRequestHandler, root: str, body: bytes, *, user: str = "") -> CgiReply:
+    """``git http-backend`` run as a CGI program over ``root`` for the request of ``h``."""
+    path, _, query = h.path.partition("?")
+    env = {
+        "PATH": os.environ["PATH"],
+        "GIT_PROJECT_ROOT": root,
+        "GIT_HTTP_EXPORT_ALL": "1",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "REQUEST_METHOD": h.command,
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "CONTENT_TYPE": h.headers.get("Content-Type", ""),
+        "CONTENT_LENGTH": str(len(body)),
+        "REMOTE_ADDR": "127.0.0.1",
+        "GIT_PROTOCOL": h.headers.get("Git-Protocol", ""),
+    }
+    if user:
+        env["REMOTE_USER"] = user
+    if h.headers.get("Content-Encoding"):
+        env["HTTP_CONTENT_ENCODING"] = h.headers["Content-Encoding"]
+    backend = ["git", "http-backend"]
+    out = subprocess.run(backend, input=body, env=env, capture_output=True, check=False).stdout
+    head, _, payload = out.partition(b"\r\n\r\n")
+    reply = CgiReply(200, [], payload)
+    for line in head.decode().split("\r\n"):
+        name, _, value = line.partition(":")
+        if name.lower() == "status":
+            reply.status = int(value.split()[0])
+        elif name:
+            reply.headers.append((name, value.strip()))
+    return reply
+
+
+@dataclass
+class CgiReply:
+    """What a CGI program answered: its status, headers and body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    payload: bytes
+
+    def send(self, h: BaseHTTPRequestHandler) -> None:
+        h.send_response(self.status)
+        for name, value in self.headers:
+            h.send_header(name, value)
+        h.send_header("Content-Length", str(len(self.payload)))
+        h.end_headers()
+        h.wfile.write(self.payload)
 
 
 def _handler(base: str) -> type[BaseHTTPRequestHandler]:
@@ -20,61 +85,13 @@ def _handler(base: str) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            self._backend()
+            run_backend(self, base, read_body(self)).send(self)
 
         def do_POST(self) -> None:
-            self._backend()
+            run_backend(self, base, read_body(self)).send(self)
 
         def log_message(self, format: str, *args: object) -> None:  # stdout holds only the port
             pass
-
-        def _backend(self) -> None:
-            path, _, query = self.path.partition("?")
-            body = self._body()
-            env = {
-                "PATH": os.environ["PATH"],
-                "GIT_PROJECT_ROOT": base,
-                "GIT_HTTP_EXPORT_ALL": "1",
-                "GIT_CONFIG_NOSYSTEM": "1",
-                "REQUEST_METHOD": self.command,
-                "PATH_INFO": path,
-                "QUERY_STRING": query,
-                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                "CONTENT_LENGTH": str(len(body)),
-                "REMOTE_ADDR": "127.0.0.1",
-                "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
-            }
-            if self.headers.get("Content-Encoding"):
-                env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
-            out = subprocess.run(
-                ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
-            ).stdout
-            head, _, payload = out.partition(b"\r\n\r\n")
-            status, headers = 200, []
-            for line in head.decode().split("\r\n"):
-                name, _, value = line.partition(":")
-                if name.lower() == "status":
-                    status = int(value.split()[0])
-                elif name:
-                    headers.append((name, value.strip()))
-            self.send_response(status)
-            for name, value in headers:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def _body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                chunks = []
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        self.rfile.readline()
-                        return b"".join(chunks)
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     return Handler
 

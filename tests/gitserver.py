@@ -32,6 +32,7 @@ import pytest
 
 from agent.config.types import SourceAuth, SourceConfig, SourceVerify
 from agent.source.git import GitSource
+from benchmarks.githttp import read_body, run_backend
 from tests.waiting import wait_for
 
 GIT_ENV = {
@@ -193,7 +194,7 @@ class GitHttpServer:
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         path, _, query = h.path.partition("?")
-        body = _read_body(h)
+        body = read_body(h)
         user = self._authorized(h.headers.get("Authorization"))
         if user is None:
             self.requests.append(Request(h.command, path, query, "", 401))
@@ -202,54 +203,9 @@ class GitHttpServer:
             h.send_header("Content-Length", "0")
             h.end_headers()
             return
-        env = {
-            "PATH": os.environ["PATH"],
-            "GIT_PROJECT_ROOT": str(self.root),
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "REQUEST_METHOD": h.command,
-            "PATH_INFO": path,
-            "QUERY_STRING": query,
-            "CONTENT_TYPE": h.headers.get("Content-Type", ""),
-            "CONTENT_LENGTH": str(len(body)),
-            "REMOTE_USER": user,
-            "REMOTE_ADDR": "127.0.0.1",
-            "GIT_PROTOCOL": h.headers.get("Git-Protocol", ""),
-        }
-        if h.headers.get("Content-Encoding"):
-            env["HTTP_CONTENT_ENCODING"] = h.headers["Content-Encoding"]
-        backend = subprocess.run(
-            ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
-        )
-        out = backend.stdout
-        head, _, payload = out.partition(b"\r\n\r\n")
-        status, headers = 200, []
-        for line in head.decode().split("\r\n"):
-            name, _, value = line.partition(":")
-            if name.lower() == "status":
-                status = int(value.split()[0])
-            elif name:
-                headers.append((name, value.strip()))
-        self.requests.append(Request(h.command, path, query, user, status))
-        h.send_response(status)
-        for name, value in headers:
-            h.send_header(name, value)
-        h.send_header("Content-Length", str(len(payload)))
-        h.end_headers()
-        h.wfile.write(payload)
-
-
-def _read_body(h: BaseHTTPRequestHandler) -> bytes:
-    if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        chunks = []
-        while True:
-            size = int(h.rfile.readline().split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                h.rfile.readline()
-                return b"".join(chunks)
-            chunks.append(h.rfile.read(size))
-            h.rfile.readline()
-    return h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        reply = run_backend(h, str(self.root), body, user=user)
+        self.requests.append(Request(h.command, path, query, user, reply.status))
+        reply.send(h)
 
 
 class HangingServer:

@@ -177,18 +177,23 @@ class CredentialsRevoke(Fault):
         s.facts["at"] = datetime.now(UTC)
 
     def observe(self, s: Step) -> bool:
-        at = s.facts["at"]
-        return wait_until(
-            lambda: _row_saw(
-                s.world,
-                s.cluster,
-                content.plain_app(s.cluster),
-                lambda r: r["reason"] in ("unauthorized", "forbidden") and _finished_after(r, at),
-            )
-        )
+        return _pass_failed_after(s, ("unauthorized", "forbidden"))
 
     def heal(self, s: Step) -> None:
         localcluster.token(s.cluster, s.world.state_dir, SERVICE_ACCOUNT)
+
+
+def _pass_failed_after(s: Step, reasons: tuple[str, ...]) -> bool:
+    """A pass of the target's plain app finished after the fault, failed for one of ``reasons``."""
+    at = s.facts["at"]
+    return wait_until(
+        lambda: _row_saw(
+            s.world,
+            s.cluster,
+            content.plain_app(s.cluster),
+            lambda r: r["reason"] in reasons and _finished_after(r, at),
+        )
+    )
 
 
 class EndpointHang(Fault):
@@ -204,15 +209,7 @@ class EndpointHang(Fault):
         assert s.world.proxy is not None
         if s.world.proxy.answers():
             return False
-        at = s.facts["at"]
-        return wait_until(
-            lambda: _row_saw(
-                s.world,
-                s.cluster,
-                content.plain_app(s.cluster),
-                lambda r: r["reason"] in ("timeout", "unreachable") and _finished_after(r, at),
-            )
-        )
+        return _pass_failed_after(s, ("timeout", "unreachable"))
 
     def heal(self, s: Step) -> None:
         assert s.world.proxy is not None

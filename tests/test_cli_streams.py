@@ -138,7 +138,10 @@ def _agent_commands(tmp_path: Path, kubeconfig: Path) -> None:
 
     out = cli("prune", "approve", *at, "--digest", "abc123")
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "approved prune set abc123 for cluster app; the next pass deletes exactly that set\n"
+    assert out.stdout == (  # no set is held: an approval ahead of the pass that would hold it
+        "approved prune set abc123 for cluster app; no set is held now: a pass deletes it only if its"
+        " prune set has exactly this digest\n"
+    )
 
     out = cli("takeover", *at)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -113,14 +113,7 @@ def daemon(base: Path) -> Iterator[str]:
             time.sleep(0.05)
         yield f"git://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        h.end_process(proc, timeout=5, terminate=True)
 
 
 @contextlib.contextmanager
@@ -140,14 +133,7 @@ def http_backend(base: Path) -> Iterator[str]:
             raise RuntimeError(f"the Git HTTP server did not start (exit {proc.poll()})")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        h.end_process(proc, timeout=5, terminate=True)
 
 
 def _timed(step: Any) -> tuple[float, Any]:

@@ -362,16 +362,7 @@ class FluxEngine:
         return out
 
     def close(self) -> None:
-        if self.process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        end_process(self.process, timeout=10)
 
 
 # -- the agent ----------------------------------------------------------------------------------
@@ -585,15 +576,26 @@ class AgentProcess:
 
     def close(self) -> None:
         """End the child (its stdin closed: it stops after the pass in hand) and its pipes."""
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        end_process(self.proc, timeout=60)
+
+
+def end_process(proc: subprocess.Popen[Any], *, timeout: float, terminate: bool = False) -> None:
+    """Ask a child to end (SIGTERM with ``terminate``, else end of its stdin), kill it if it has
+    not after ``timeout`` seconds, and close its pipes."""
+    if terminate:
+        proc.terminate()
+    elif proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def memory_mb(pid: int) -> tuple[float, float]:

@@ -55,6 +55,13 @@ def _warm(origin: Origin, tmp_path: Path) -> GitSource:
     return source
 
 
+def _older(source: GitSource) -> Path:
+    """The one checkout of a warm source besides its current one."""
+    current = source.last_good.sha  # type: ignore[union-attr]
+    (old,) = [p for p in source.checkouts.iterdir() if len(p.name) == 40 and p.name != current]
+    return old
+
+
 def _count_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     written: list[Path] = []
     real = agent.source.checkout.write_blob
@@ -127,10 +134,8 @@ def test_a_file_added_to_an_old_checkout_never_reaches_the_new_one(
     origin: Origin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = _warm(origin, tmp_path)
-    current = source.last_good.sha  # type: ignore[union-attr]
-    old = [p for p in source.checkouts.iterdir() if len(p.name) == 40 and p.name != current]
-    assert len(old) == 1
-    (old[0] / "apps" / "stray.yaml").write_text("kind: Secret\n")
+    old = _older(source)
+    (old / "apps" / "stray.yaml").write_text("kind: Secret\n")
     written = _count_writes(monkeypatch)
     origin.commit({"apps/d1/f1.yaml": "n: new\n"}, "change")
     rev = source.poll()
@@ -154,8 +159,7 @@ def test_a_checkout_being_read_is_neither_recycled_nor_collected_until_the_reade
     origin: Origin, tmp_path: Path
 ) -> None:
     source = _warm(origin, tmp_path)
-    current = source.last_good.sha  # type: ignore[union-attr]
-    (old,) = [p for p in source.checkouts.iterdir() if len(p.name) == 40 and p.name != current]
+    old = _older(source)
     before = _snapshot(old)
     with agent.source.checkout.reading(old):  # a render of that revision still under way
         for n in range(3):
@@ -172,8 +176,7 @@ def test_reading_a_checkout_collected_before_its_hold_is_a_retryable_source_erro
     origin: Origin, tmp_path: Path
 ) -> None:
     source = _warm(origin, tmp_path)
-    current = source.last_good.sha  # type: ignore[union-attr]
-    (old,) = [p for p in source.checkouts.iterdir() if len(p.name) == 40 and p.name != current]
+    old = _older(source)
     agent.source.checkout.remove(old)
     with (
         pytest.raises(SourceError, match="was collected before it was read") as e,

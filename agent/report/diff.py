@@ -44,6 +44,7 @@ from agent.model import (
     ApplyResult,
     Change,
     DesiredObject,
+    DesiredSet,
     Manifest,
     ObjectKey,
     Outcome,
@@ -182,7 +183,8 @@ def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | Non
     return ClusterReport(rec.cluster.name, (preview_app(rec, target, app).report,))
 
 
-def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name: str) -> Preview:
+def _render(rec: ClusterReconciler, target: Target, app: AppConfig | None) -> DesiredSet:
+    """``app``'s render of ``target``: its own source's revision, or a local directory."""
     spec = rec.spec_for(app)
     if isinstance(target, Mapping):
         source = app.source if app is not None else DEFAULT_SOURCE
@@ -190,9 +192,12 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
             raise SourceError(f"source {source!r} delivered no revision")
         target = target[source]
     if isinstance(target, Revision):
-        desired_set = rec.render_at(target, spec)
-    else:
-        desired_set = render(target, spec, revision="")
+        return rec.render_at(target, spec)
+    return render(target, spec, revision="")
+
+
+def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name: str) -> Preview:
+    desired_set = _render(rec, target, app)
     store = rec.store if app is None else rec.store_for(rec.parent_of(app.name))
     inventory = store.load()
     notes: list[str] = []
@@ -257,15 +262,7 @@ def declared_by(
 ) -> Preview:
     """What an app left out of ``--app`` declares, rendered only (no request), so a conflict
     with it is still flagged; it holds what the selected apps read live in its ApplySet."""
-    spec = rec.spec_for(app)
-    if isinstance(target, Mapping):
-        if app.source not in target:
-            raise SourceError(f"source {app.source!r} delivered no revision")
-        target = target[app.source]
-    if isinstance(target, Revision):
-        desired_set = rec.render_at(target, spec)
-    else:
-        desired_set = render(target, spec, revision="")
+    desired_set = _render(rec, target, app)
     store_id = rec.store_for(rec.parent_of(app.name)).id
     desired = rec.prepare(desired_set, store_id, default_namespace=app.settings.default_namespace)
     by_key = {o.key: o for o in desired}

@@ -22,8 +22,8 @@ def transport(e: BaseException) -> tuple[Transport, str]:
     """Why a request got no answer, from the types in the exception's chain, and what to tell a person.
 
     urllib3 wraps the socket's error (``NewConnectionError`` from ``ConnectionRefusedError``,
-    ``ReadTimeoutError`` from ``TimeoutError``); the official client re-raises an ``SSLError`` as
-    a status-0 ``ApiException``. ``NewConnectionError`` subclasses ``ConnectTimeoutError``, so a
+    ``ReadTimeoutError`` from ``TimeoutError``, ``SSLError`` from ``ssl.SSLError``).
+    ``NewConnectionError`` subclasses ``ConnectTimeoutError``, so a
     connect timeout is that class exactly, or a bare socket timeout.
     """
     chain = _chain(e)

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent.run import heap
 from benchmarks import (
     bench_apps,
     bench_capacity,
@@ -150,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "chaos":
         return chaos(ap, args)
+    # The in-process agent (benchmarks 1-3, apps, health, isolation) runs in a process tuned as
+    # ``gitops-agent run`` tunes its own: the C heap and the cycle collector (agent.run.heap).
+    heap.tune()
+    heap.tune_collector()
     bench_git.FILES, bench_git.COMMITS = args.git_files, args.git_commits
     started = datetime.now(UTC)
     t0 = time.perf_counter()

@@ -516,6 +516,7 @@ def serve_passes(config: Path, commands: IO[str], replies: IO[str]) -> None:
     from agent.run import heap
 
     heap.tune()  # as ``gitops-agent run`` does
+    heap.tune_collector()
     quiet_logs()
     agent = InProcessAgent(config)
     revision = agent.source.poll()

@@ -80,6 +80,7 @@ def run(
     from agent.run.scheduler import Daemon
 
     heap.tune()  # before any pass starts a thread (each may get an arena of its own)
+    heap.tune_collector()
 
     if not once and (dry_run or clusters):
         # The daemon reconciles every configured cluster for real: running it with a flag it

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--apply-reps",
         type=int,
-        default=3,
+        default=bench_kube.APPLY_REPS,
         help="benchmarks 1-3: initial applies per size, each on fresh clusters, tools' order alternating",
     )
     ap.add_argument(

@@ -7,7 +7,9 @@ Kubernetes behaviour is tested against real API servers elsewhere.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -124,3 +126,107 @@ def test_warning_headers_are_read_one_text_each_with_escaped_quotes_kept() -> No
     values = ['299 - "policy/v1beta1 PodDisruptionBudget is deprecated"', '299 - "a \\"q\\" b", 299 - "two"']
     assert warnings(values) == ["policy/v1beta1 PodDisruptionBudget is deprecated", 'a "q" b', "two"]
     assert warnings(['299 - "two"']) == ["two"] and warnings([]) == []
+
+
+def _kubeconfig_with_client_certificate(path: Path, cert: str) -> Path:
+    data = base64.b64encode(cert.encode()).decode()
+    user = {"client-certificate-data": data, "client-key-data": data}
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+def _certificate_files_read_by_clients_loading_at_once(kubeconfig: Path, threads: int) -> list[str]:
+    start = threading.Barrier(threads)
+    seen: list[str] = []
+
+    def load() -> None:
+        start.wait()
+        client = KubeClient.connect("c", kubeconfig=str(kubeconfig))
+        seen.append(Path(client.api.configuration.cert_file).read_text())  # what TLS setup reads next
+        client.close()
+
+    workers = [threading.Thread(target=load) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return seen
+
+
+def test_clients_loading_one_certificate_at_once_each_get_the_whole_certificate_file(tmp_path: Path) -> None:
+    """One cluster reached by two URLs loads the same client certificate on two threads at once.
+
+    The official loader writes embedded certificates to cached files; its cache names a file before
+    the file is written, so a concurrent load could get an empty one and fail TLS with "PEM lib".
+    """
+    threads = 8
+    for round_ in range(40):
+        # Fresh content every round: the loader's cache is keyed by content, so each round races anew.
+        cert = f"-----BEGIN CERTIFICATE-----\n{round_} {os.urandom(4096).hex()}\n-----END CERTIFICATE-----\n"
+        kubeconfig = _kubeconfig_with_client_certificate(tmp_path / f"kubeconfig-{round_}", cert)
+        seen = _certificate_files_read_by_clients_loading_at_once(kubeconfig, threads)
+        assert seen == [cert] * threads, f"round {round_}: a client read a partly written certificate file"
+
+
+def test_one_clusters_slow_exec_plugin_does_not_hold_up_another_clusters_credentials(tmp_path: Path) -> None:
+    """Loading runs exec plugins (cloud token helpers, often seconds); only the file step is shared."""
+    release = tmp_path / "release"
+    plugin = tmp_path / "token-helper"
+    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential"}
+    credential["status"] = {"token": "t"}  # type: ignore[assignment]
+    plugin.write_text(
+        f"#!/bin/sh\nwhile [ ! -e '{release}' ]; do sleep 0.05; done\necho '{json.dumps(credential)}'\n"
+    )
+    plugin.chmod(0o755)
+    slow = tmp_path / "kubeconfig-slow"
+    slow.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {"exec": {"apiVersion": credential["apiVersion"], "command": str(plugin)}},
+                    }
+                ],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    cert = f"-----BEGIN CERTIFICATE-----\n{os.urandom(64).hex()}\n-----END CERTIFICATE-----\n"
+    fast = _kubeconfig_with_client_certificate(tmp_path / "kubeconfig-fast", cert)
+    loaded: dict[str, KubeClient] = {}
+
+    def connect(name: str, kubeconfig: Path) -> None:
+        loaded[name] = KubeClient.connect(name, kubeconfig=str(kubeconfig))
+
+    waiting = threading.Thread(target=connect, args=("slow", slow))
+    waiting.start()
+    try:
+        other = threading.Thread(target=connect, args=("fast", fast))
+        other.start()
+        other.join(timeout=30)  # a bound only for a regression: this takes milliseconds
+        assert "fast" in loaded, "a cluster's credentials waited for another cluster's exec plugin"
+        assert Path(loaded["fast"].api.configuration.cert_file).read_text() == cert
+        assert waiting.is_alive(), "the plugin returned before it was released: the test proved nothing"
+    finally:
+        release.touch()
+        waiting.join()
+        other.join()
+    assert loaded["slow"].api.configuration.api_key["BearerToken"] == "Bearer t"
+    for client in loaded.values():
+        client.close()

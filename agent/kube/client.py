@@ -31,6 +31,7 @@ from urllib.parse import quote, urlencode
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.config import kube_config as k8s_kube_config
 
 from agent.config.types import DISCOVERY_TTL, ClusterConfig
 from agent.errors import ApiError, ClusterError, Transport
@@ -38,6 +39,29 @@ from agent.kube import status as kube_status
 from agent.kube.listjson import each_item
 from agent.kube.status import parse_status
 from agent.model import FailureReason, Manifest, split_api_version
+
+
+def _write_credential_files_whole() -> None:
+    """Make the official loader's credential files whole before anyone can read them.
+
+    The loader writes a kubeconfig's embedded certificates and keys to files it caches by content,
+    and it publishes a file's name in that cache before writing the file: two clusters loading the
+    same certificate at once (one cluster reached by two URLs, two contexts with one user) could
+    hand one of them an empty file, whose TLS setup then fails with "[SSL] PEM lib". Only the file
+    step is serialised: the rest of loading runs exec plugins, and one cluster's slow plugin must
+    not hold up the others' credentials (docs/safety.md rule 6).
+    """
+    write = k8s_kube_config._create_temp_file_with_content
+    lock = threading.Lock()
+
+    def written_whole(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return write(*args, **kwargs)
+
+    k8s_kube_config._create_temp_file_with_content = written_whole
+
+
+_write_credential_files_whole()
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 _MAX_429_RETRIES = 3

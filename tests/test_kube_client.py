@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent.dev.pki import write_kubeconfig
 from agent.errors import ApiError
 from agent.kube.client import KubeClient
 
@@ -128,22 +130,16 @@ def test_warning_headers_are_read_one_text_each_with_escaped_quotes_kept() -> No
     assert warnings(['299 - "two"']) == ["two"] and warnings([]) == []
 
 
+def _kubeconfig(path: Path, credentials: dict[str, Any]) -> Path:
+    ca = path.with_suffix(".ca")
+    ca.write_text("-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n")
+    write_kubeconfig(path, "c", "https://127.0.0.1:1", ca, "u", credentials)
+    return path
+
+
 def _kubeconfig_with_client_certificate(path: Path, cert: str) -> Path:
     data = base64.b64encode(cert.encode()).decode()
-    user = {"client-certificate-data": data, "client-key-data": data}
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "users": [{"name": "u", "user": user}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return path
+    return _kubeconfig(path, {"client-certificate-data": data, "client-key-data": data})
 
 
 def _certificate_files_read_by_clients_loading_at_once(kubeconfig: Path, threads: int) -> list[str]:
@@ -183,30 +179,14 @@ def test_one_clusters_slow_exec_plugin_does_not_hold_up_another_clusters_credent
     """Loading runs exec plugins (cloud token helpers, often seconds); only the file step is shared."""
     release = tmp_path / "release"
     plugin = tmp_path / "token-helper"
-    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential"}
-    credential["status"] = {"token": "t"}  # type: ignore[assignment]
+    api_version = "client.authentication.k8s.io/v1"
+    credential = {"apiVersion": api_version, "kind": "ExecCredential", "status": {"token": "t"}}
     plugin.write_text(
         f"#!/bin/sh\nwhile [ ! -e '{release}' ]; do sleep 0.05; done\necho '{json.dumps(credential)}'\n"
     )
     plugin.chmod(0o755)
-    slow = tmp_path / "kubeconfig-slow"
-    slow.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "users": [
-                    {
-                        "name": "u",
-                        "user": {"exec": {"apiVersion": credential["apiVersion"], "command": str(plugin)}},
-                    }
-                ],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
+    exec_user = {"exec": {"apiVersion": api_version, "command": str(plugin)}}
+    slow = _kubeconfig(tmp_path / "kubeconfig-slow", exec_user)
     cert = f"-----BEGIN CERTIFICATE-----\n{os.urandom(64).hex()}\n-----END CERTIFICATE-----\n"
     fast = _kubeconfig_with_client_certificate(tmp_path / "kubeconfig-fast", cert)
     loaded: dict[str, KubeClient] = {}

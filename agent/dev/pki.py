@@ -28,6 +28,7 @@ import json
 import os
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,7 +264,7 @@ def _write_key(path: Path, key: _PrivateKey) -> None:
 
 
 def write_kubeconfig(
-    path: Path, cluster: str, server: str, ca_cert: Path, user: str, credentials: dict[str, str]
+    path: Path, cluster: str, server: str, ca_cert: Path, user: str, credentials: Mapping[str, Any]
 ) -> None:
     """Write a one-context kubeconfig (context and cluster named ``cluster``) readable only by us."""
     config = {

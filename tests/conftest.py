@@ -11,6 +11,8 @@
   ``cluster_ctl``'s undoing; ``daemons`` starts ``Daemon``s in this process that ``e2e`` stops.
 - ``browser`` (function): the session's headless Chromium (``tests/browser.py``), its cookies
   cleared and its window at laptop size for each test.
+- ``_collector_restored`` (every test): undoes what ``gitops-agent run`` run in this process
+  (``agent.run.heap.tune_collector``) did to the cycle collector, so no later test runs with it.
 
 Missing binaries fail these fixtures with the install hint; they never skip.
 """
@@ -18,6 +20,7 @@ Missing binaries fail these fixtures with the install hint; they never skip.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +38,16 @@ from tests.agentkit import E2E
 from tests.clusters import ClusterControl, ClusterPool, TestNamespace
 
 _fresh_names = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _collector_restored() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    yield
+    if gc.get_threshold() != threshold:
+        gc.set_threshold(*threshold)
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,10 @@ test, while a bound ten times above the usual cost only fails on a real blow-up.
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
+import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -78,3 +80,41 @@ def bounded(what: str, *, seconds: float, peak_bytes: int, trace: bool = True) -
     assert usage.seconds <= seconds, f"{what}: took {usage.seconds:.1f} s (bound {seconds:g} s)"
     peak, bound = usage.peak >> 20, peak_bytes >> 20
     assert usage.peak <= peak_bytes, f"{what}: peak allocation {peak} MiB (bound {bound} MiB)"
+
+
+class _Finaliser:
+    """Cyclic garbage whose finaliser notes the stack room left, then leaves garbage like itself."""
+
+    live = False
+    least = 0
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+    def __del__(self) -> None:
+        frame, depth = sys._getframe(), 0
+        while frame is not None:
+            frame, depth = frame.f_back, depth + 1
+        _Finaliser.least = min(_Finaliser.least, sys.getrecursionlimit() - depth)
+        if _Finaliser.live:
+            _Finaliser()
+
+
+@contextmanager
+def collections_everywhere() -> Iterator[type[_Finaliser]]:
+    """Run the cycle collector, and a finaliser, at almost every allocation of the block.
+
+    Yields the probe: its ``least`` is the fewest frames the finaliser had to spare before
+    Python's recursion limit, wherever the block was when a collection came. A parser that
+    recursed up to that limit left none (a finaliser there failed, "Exception ignored in").
+    """
+    threshold = gc.get_threshold()
+    _Finaliser.live, _Finaliser.least = True, sys.getrecursionlimit()
+    _Finaliser()
+    gc.set_threshold(1, 1, 1)
+    try:
+        yield _Finaliser
+    finally:
+        gc.set_threshold(*threshold)
+        _Finaliser.live = False
+        gc.collect()

@@ -15,8 +15,10 @@ import pytest
 
 from agent.render import fastyaml, manifests
 from agent.render.manifests import Origin, parse_yaml
+from tests.fuzzkit import collections_everywhere
 
 ORIGIN = Origin("f.yaml")
+LIMITS = {"max_nodes": manifests.MAX_EXPANDED_NODES, "max_depth": manifests.MAX_PARSE_DEPTH}
 VARS = {"N": "3", "T": "true", "S": "x y", "E": ""}
 
 ORDINARY = [
@@ -69,7 +71,7 @@ def test_yaml_is_parsed_by_libyaml_on_this_machine(monkeypatch: pytest.MonkeyPat
 def test_libyaml_path_gives_exactly_what_the_python_loader_gives(
     text: str, variables: dict[str, str] | None
 ) -> None:
-    fast = fastyaml.load(text, variables, max_nodes=manifests.MAX_EXPANDED_NODES)
+    fast = fastyaml.load(text, variables, **LIMITS)
     assert fast is not None, "an ordinary stream was handed over"
     got = [(value, index, line, sorted(lines.values())) for value, index, line, lines in fast]
     assert got == _python(text, variables)
@@ -80,7 +82,7 @@ def test_libyaml_path_gives_exactly_what_the_python_loader_gives(
 
 @pytest.mark.parametrize("text", list(HANDED_OVER.values()), ids=list(HANDED_OVER))
 def test_streams_with_problems_or_rare_yaml_go_to_the_reference_loader(text: str) -> None:
-    assert fastyaml.load(text, {}, max_nodes=manifests.MAX_EXPANDED_NODES) is None
+    assert fastyaml.load(text, {}, **LIMITS) is None
 
 
 def test_deep_nesting_is_refused_without_reaching_the_c_stack() -> None:
@@ -90,13 +92,40 @@ def test_deep_nesting_is_refused_without_reaching_the_c_stack() -> None:
     t.start()
     t.join()
     docs, problems = box["r"]
-    assert docs == [] and "nested too deeply" in problems[0].message
+    too_deep = f"document is nested more than {manifests.MAX_DEPTH} levels deep"
+    assert docs == [] and problems[0].message == too_deep
+
+
+@pytest.mark.parametrize(
+    "levels", [300, 40_000], ids=["libyaml composes, the walk hands over", "pure-Python loader only"]
+)
+def test_deep_nesting_is_refused_with_room_left_on_the_stack(levels: int) -> None:
+    """Before: both loaders recursed until Python's recursion limit, and a cycle collection that
+    came at the deepest point ran finalisers with 3 frames to spare; they failed ("Exception
+    ignored in"), and their cleanup with them (a CI run failed on exactly that)."""
+    text = "- " * levels + "x\n"
+    with collections_everywhere() as finaliser:
+        docs, problems = parse_yaml(text, ORIGIN, None)
+    assert finaliser.least >= 250, f"a finaliser had {finaliser.least} frames to spare"
+    first_too_deep = 2 * manifests.MAX_PARSE_DEPTH + 1  # the column of level MAX_PARSE_DEPTH + 1
+    assert docs == [] and [(p.line, p.column) for p in problems] == [(1, first_too_deep)]
+
+
+def test_the_deepest_object_a_render_accepts_is_parsed_on_both_paths() -> None:
+    """The parsers stop deeper than MAX_DEPTH levels inside MAX_LIST_NESTING Lists, so an object
+    that deep is refused by the object checks (naming its path), not by a parser."""
+    levels = manifests.MAX_DEPTH + 2 * manifests.MAX_LIST_NESTING
+    text = "- " * levels + "x\n"
+    fast = fastyaml.load(text, None, **LIMITS)
+    assert fast is not None
+    assert parse_yaml(text, ORIGIN, None)[0][0].value == fast[0][0]
+    assert manifests._parse_yaml_python(text, ORIGIN, None)[1] == []
 
 
 def test_many_shallow_documents_still_take_the_fast_path() -> None:
     one = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n, labels: {a: b}}\ndata: {k: v-1}\n"
     text = "---\n".join([one] * 3_000)  # far more level characters than MAX_C_DEPTH, in all
-    fast = fastyaml.load(text, None, max_nodes=manifests.MAX_EXPANDED_NODES)
+    fast = fastyaml.load(text, None, **LIMITS)
     assert fast is not None and len(fast) == 3_000
 
 
@@ -105,7 +134,7 @@ def test_a_star_in_text_does_not_hand_over_many_documents() -> None:
     # nodes are reused, which once handed every CronJob file ("*/30 * * * *") to the slow loader.
     one = 'kind: CronJob\nmetadata: {name: n}\nspec: {schedule: "*/30 * * * *", a: [1, 2, {b: c}]}\n'
     text = "---\n".join([one] * 500)
-    fast = fastyaml.load(text, None, max_nodes=manifests.MAX_EXPANDED_NODES)
+    fast = fastyaml.load(text, None, **LIMITS)
     assert fast is not None and len(fast) == 500
 
 
@@ -115,7 +144,7 @@ def test_documents_share_one_string_per_key_and_per_short_value() -> None:
     text = "".join(
         f"---\napiVersion: apps/v1\nmetadata:\n  name: n{i}\n  note: {'x' * 40}\n" for i in range(2)
     )
-    docs = fastyaml.load(text, None, max_nodes=1000)
+    docs = fastyaml.load(text, None, max_nodes=1000, max_depth=manifests.MAX_PARSE_DEPTH)
     assert docs is not None
     (a, *_), (b, *_) = docs
     key_a = next(k for k in a if k == "metadata")

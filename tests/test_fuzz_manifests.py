@@ -630,14 +630,19 @@ def test_null_labels_and_annotations_render_and_plan_as_if_absent(tmp_path: Path
     plan_offline(got)
 
 
+@pytest.mark.parametrize(
+    ("levels", "line"),
+    [(MAX_DEPTH + 5, 1), (300, 5)],
+    ids=["the object check refuses it (its first line)", "the parser stops (where it goes too deep)"],
+)
 def test_an_object_nested_more_than_200_levels_deep_fails_its_render_instead_of_the_planners_recursion(
-    tmp_path: Path,
+    tmp_path: Path, levels: int, line: int
 ) -> None:
-    """Before: 300 levels rendered (the loaders stop near Python's recursion limit), then the
+    """Before: 300 levels rendered (the loaders stopped near Python's recursion limit), then the
     planner's JSON patch of the new object raised RecursionError."""
-    got = _render_one(tmp_path, CM_HEAD + "spec: " + "[" * 300 + "]" * 300 + "\n")
+    got = _render_one(tmp_path, CM_HEAD + "spec: " + "[" * levels + "]" * levels + "\n")
     assert isinstance(got, RenderError)
-    assert [(p.file, p.line) for p in got.problems] == [("app/a.yaml", 1)]
+    assert [(p.file, p.line) for p in got.problems] == [("app/a.yaml", line)]
     assert f"nested more than {MAX_DEPTH} levels deep" in got.problems[0].message
     assert isinstance(
         _render_one(tmp_path / "ok", CM_HEAD + "spec: " + "[" * 150 + "]" * 150 + "\n"), DesiredSet

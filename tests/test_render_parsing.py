@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.render.manifests import Origin, objects_of, parse_json, parse_yaml
+from agent.render.manifests import MAX_DEPTH, MAX_PARSE_DEPTH, Origin, objects_of, parse_json, parse_yaml
 from agent.render.substitute import references, substitute
+from tests.fuzzkit import collections_everywhere
 
 ORIGIN = Origin("f.yaml")
 
@@ -156,6 +157,20 @@ def test_json_keeps_lines_of_list_items_and_substitutes_strings_only() -> None:
     ((obj, prov),) = found
     assert obj["metadata"]["name"] == "7"
     assert prov.line == 2
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a": '])
+def test_deeply_nested_json_is_refused_where_it_goes_too_deep_with_stack_left(opener: str) -> None:
+    """Before: the parser recursed until Python's recursion limit ("JSON is nested too deeply",
+    no place), where a cycle collection's finalisers had no frames to spare and failed."""
+    text = "\n" + opener * 5_000
+    with collections_everywhere() as finaliser:
+        docs, problems = parse_json(text, ORIGIN, None)
+    assert finaliser.least >= 250, f"a finaliser had {finaliser.least} frames to spare"
+    column = len(opener) * MAX_PARSE_DEPTH + 1  # the opener of level MAX_PARSE_DEPTH + 1
+    assert docs == [] and [(p.message, p.line, p.column) for p in problems] == [
+        (f"JSON is nested more than {MAX_DEPTH} levels deep", 2, column)
+    ]
 
 
 def test_an_empty_json_file_has_no_objects() -> None:

@@ -84,20 +84,23 @@ if AVAILABLE:
             Resolver.__init__(self)
 
 
-def load(text: str, variables: Mapping[str, str] | None, *, max_nodes: int) -> list[FastDocument] | None:
+def load(
+    text: str, variables: Mapping[str, str] | None, *, max_nodes: int, max_depth: int
+) -> list[FastDocument] | None:
     """Every document of ``text``, or ``None`` when the pure-Python loader must parse it.
 
-    ``max_nodes``: a document with more nodes is handed over too (the reference loader refuses it).
+    ``max_nodes``, ``max_depth``: a document with more nodes, or more levels (the root is level 1),
+    is handed over too (the reference loader refuses it).
     """
     if not AVAILABLE or not _shallow(text):
         return None
-    walk = _Walk(text, variables, max_nodes)
+    walk = _Walk(text, variables, max_nodes, max_depth)
     composer = _Composer(text)
     docs: list[FastDocument] = []
     try:
         while composer.check_node():
             node = composer.get_node()
-            walk.lines, walk.nodes = {}, 0
+            walk.lines, walk.nodes, walk.depth = {}, 0, 0
             if walk.seen is not None:
                 walk.seen = set()  # ids of an earlier document's freed nodes are reused
             value = walk.build(node)
@@ -129,11 +132,17 @@ def _shallow(text: str) -> bool:
 class _Walk:
     """Builds one document's value from its node tree: substitution, types, duplicate keys, lines."""
 
-    def __init__(self, text: str, variables: Mapping[str, str] | None, max_nodes: int) -> None:
+    def __init__(
+        self, text: str, variables: Mapping[str, str] | None, max_nodes: int, max_depth: int
+    ) -> None:
         self.text = text
         self.variables = variables
         self.max_nodes = max_nodes
         self.nodes = 0
+        # Levels of the collection being built: the walk recurses, and must stop where the
+        # reference loader does, far from Python's recursion limit (see manifests.MAX_PARSE_DEPTH).
+        self.max_depth = max_depth
+        self.depth = 0
         self.lines: dict[int, int] = {}
         # Aliases make one node reachable twice (and alias bombs): the reference loader sizes those.
         self.seen: set[int] | None = set() if "*" in text else None
@@ -149,6 +158,9 @@ class _Walk:
         cls = node.__class__
         if isinstance(node, ScalarNode):  # exact classes: libyaml makes no subclasses
             return self.scalar(node)
+        self.depth += 1  # no need to undo it on _Handover: the whole stream is handed over
+        if self.depth >= self.max_depth:  # its scalars would be one level deeper still
+            raise _Handover
         if cls is MappingNode:
             if node.tag != _MAP:
                 raise _Handover
@@ -160,11 +172,14 @@ class _Walk:
                     raise _Handover  # non-string or duplicate key (or a merge key, "<<" tagged merge)
                 key = sys.intern(key)  # one "metadata" for every object held, not one each
                 data[key] = self.build(value_node)
+            self.depth -= 1
             return data
         if cls is SequenceNode:
             if node.tag != _SEQ:
                 raise _Handover
-            return [self.build(n) for n in node.value]
+            items = [self.build(n) for n in node.value]
+            self.depth -= 1
+            return items
         raise _Handover
 
     def scalar(self, node: ScalarNode) -> Any:

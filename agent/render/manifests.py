@@ -39,10 +39,17 @@ from agent.render.substitute import substitute
 
 #: Expanded node count above which a document is refused (a "billion laughs" alias bomb).
 MAX_EXPANDED_NODES = 1_000_000
-#: Nesting levels an object may have. The YAML loaders stop far deeper (at Python's recursion
-#: limit), where the planner's and the diff's recursive walks would fail; real objects (CRD
-#: schemas included) stay well under a hundred.
+#: Nesting levels an object may have: the planner's and the diff's walks recurse, and real
+#: objects (CRD schemas included) stay well under a hundred.
 MAX_DEPTH = 200
+#: Lists (``kind: ...List``) that may nest around an object, each two levels (``items``, an item).
+MAX_LIST_NESTING = 5
+#: Levels the parsers descend (the root is level 1) before refusing a document: room for an object
+#: of ``MAX_DEPTH`` levels inside ``MAX_LIST_NESTING`` Lists, and its scalars. They stop here, not
+#: at Python's recursion limit: whatever runs meanwhile needs stack too, and a cycle collection
+#: there once ran finalisers with three frames to spare, which failed. At 2-3 frames a level
+#: this leaves a few hundred of the limit's 1,000.
+MAX_PARSE_DEPTH = MAX_DEPTH + 2 * MAX_LIST_NESTING + 2
 _NAME_FORBIDDEN = ("/", "%")
 
 
@@ -110,6 +117,18 @@ class _Loader(yaml.SafeLoader):
         # (message, line, column, line of an earlier definition), 1-based
         self.problems: list[tuple[str, int, int, int | None]] = []
         self.lines: dict[int, int] = {}
+        self.depth = 0  # of the node being composed (see MAX_PARSE_DEPTH)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.depth += 1
+        try:
+            if self.depth > MAX_PARSE_DEPTH:
+                parser: Any = self
+                mark = parser.peek_event().start_mark
+                raise _TooDeep(mark.line + 1, mark.column + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def compose_scalar_node(self, anchor: Any) -> Any:
         parser: Any = self  # PyYAML's parser methods are untyped
@@ -205,6 +224,17 @@ class _Recursive(Exception):
     pass
 
 
+class _TooDeep(Exception):
+    """A parser went past ``MAX_PARSE_DEPTH`` at ``line``, ``column`` (1-based)."""
+
+    def __init__(self, line: int, column: int) -> None:
+        super().__init__(line, column)
+        self.line, self.column = line, column
+
+
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+
+
 def parse_yaml(
     text: str, origin: Origin, variables: Mapping[str, str] | None
 ) -> tuple[list[Document], list[RenderProblem]]:
@@ -214,7 +244,7 @@ def parse_yaml(
     one with a problem to report, aliases, merge keys or unusual tags -- is parsed again by the
     pure-Python loader below, the reference for every message, line and column.
     """
-    fast = fastyaml.load(text, variables, max_nodes=MAX_EXPANDED_NODES)
+    fast = fastyaml.load(text, variables, max_nodes=MAX_EXPANDED_NODES, max_depth=MAX_PARSE_DEPTH)
     if fast is not None:
         return [Document(value, index, line, lines) for value, index, line, lines in fast], []
     return _parse_yaml_python(text, origin, variables)
@@ -254,6 +284,8 @@ def _parse_yaml_python(
         problems.append(_syntax_problem(e, origin))
     except yaml.YAMLError as e:
         problems.append(origin.problem(f"YAML error: {e}"))
+    except _TooDeep as e:
+        problems.append(origin.problem(f"document is {_TOO_DEEP}", e.line, e.column))
     except RecursionError:
         problems.append(origin.problem("document is nested too deeply"))
     finally:
@@ -288,6 +320,7 @@ def _syntax_problem(e: yaml.MarkedYAMLError, origin: Origin) -> RenderProblem:
 
 _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 _json_object: Any = json.decoder.JSONObject  # type: ignore[attr-defined]
+_json_array: Any = json.decoder.JSONArray  # type: ignore[attr-defined]
 _py_make_scanner: Any = json.scanner.py_make_scanner  # type: ignore[attr-defined]
 
 
@@ -299,6 +332,13 @@ def parse_json(
         return [], []
     problems: list[RenderProblem] = []
     lines: dict[int, int] = {}
+    depth = 0  # of the object or array being parsed (see MAX_PARSE_DEPTH)
+
+    def enter(s: str, idx: int) -> None:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_PARSE_DEPTH:
+            raise _TooDeep(line_of(s, idx), column_of(s, idx))
 
     def line_of(s: str, idx: int) -> int:
         return s.count("\n", 0, idx) + 1
@@ -326,8 +366,11 @@ def parse_json(
         object_pairs_hook: Any,
         memo: Any = None,
     ) -> tuple[dict[str, Any], int]:
+        nonlocal depth
         s, end = s_and_end
+        enter(s, end - 1)
         pairs, new_end = _json_object(s_and_end, strict, scan_once, None, list, memo)
+        depth -= 1
         data: dict[str, Any] = {}
         for key, value in pairs:
             key = sub(s, key, end - 1)
@@ -341,18 +384,29 @@ def parse_json(
         lines[id(data)] = line_of(s, end - 1)
         return data, new_end
 
+    def parse_array(s_and_end: tuple[str, int], scan_once: Any) -> tuple[list[Any], int]:
+        nonlocal depth
+        s, end = s_and_end
+        enter(s, end - 1)
+        found: tuple[list[Any], int] = _json_array(s_and_end, scan_once)
+        depth -= 1
+        return found
+
     def parse_constant(name: str) -> None:
         problems.append(origin.problem(f"{name} is not valid JSON for Kubernetes"))
 
     # The pure-Python scanner calls these hooks, which see positions the C scanner hides.
     decoder: Any = json.JSONDecoder(parse_constant=parse_constant)
     decoder.parse_object = parse_object
+    decoder.parse_array = parse_array
     decoder.parse_string = parse_string
     decoder.scan_once = _py_make_scanner(decoder)
     try:
         value = decoder.decode(text)
     except json.JSONDecodeError as e:
         return [], [origin.problem(f"JSON syntax error: {e.msg}", e.lineno, e.colno)]
+    except _TooDeep as e:
+        return [], [origin.problem(f"JSON is {_TOO_DEEP}", e.line, e.column)]
     except RecursionError:
         return [], [origin.problem("JSON is nested too deeply")]
     if problems:
@@ -402,7 +456,7 @@ def _collect(
         if not isinstance(items, list):
             problems.append(origin.problem(f"{kind}.items must be a list, got {type(items).__name__}", line))
             return
-        if depth > 4:
+        if depth >= MAX_LIST_NESTING:
             problems.append(origin.problem(f"{kind} nested too deeply", line))
             return
         for i, item in enumerate(items):

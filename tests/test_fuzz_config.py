@@ -364,3 +364,22 @@ def test_an_unknown_key_that_toml_must_quote_is_named_quoted_in_the_error(tmp_pa
     (tmp_path / "c.toml").write_text(to_toml(data))
     got = _load(tmp_path / "c.toml", "agent")
     assert isinstance(got, ConfigError) and got.path == 'agent.""', got
+
+
+def test_arrays_or_inline_tables_nested_thousands_deep_are_a_config_error_naming_line_and_column(
+    tmp_path: Path,
+) -> None:
+    """Found by trial, not by the fuzzer: ``a = [[[...`` 5,000 deep crashed every command with
+    tomllib's RecursionError (a traceback, no file, no place) and made a config reload raise."""
+    path = tmp_path / "c.toml"
+    for opener in ("[", "{b = "):
+        column = len("a = ") + 32 * len(opener) + 1  # the 33rd opener
+        path.write_text('# "[[[" in a comment, and in strings:\nx = "[[[" \na = ' + opener * 5_000 + "\n")
+        got = _load(path, opener)
+        assert isinstance(got, ConfigError) and got.file == str(path), got
+        too_deep = "invalid TOML: arrays or inline tables nested more than 32 levels deep"
+        assert got.message == f"{too_deep} (at line 3, column {column})"
+    # As deep as allowed, brackets in strings not counted: tomllib parses it, validation goes on.
+    path.write_text("x = '''[[[[''' \na = " + "[" * 32 + "1" + "]" * 32 + "\n")
+    got = _load(path, "32 deep")
+    assert isinstance(got, ConfigError) and got.message.startswith("required table is missing"), got

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from agent.config import notify
 from agent.config.apps import Placed, check_apps
 from agent.config.health_checks import HealthCheck, health_checks, wait_setting
-from agent.config.tomlreader import TableReader, type_name
+from agent.config.tomlreader import TableReader, too_deep, type_name
 from agent.config.types import (
     AGENT_DEFAULTS,
     APP_SETTING_KEYS,
@@ -513,6 +513,10 @@ def _app(
     return apps
 
 
+#: Arrays and inline tables a config may nest (``tomlreader.too_deep``); a config needs a few.
+MAX_TOML_NESTING = 32
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read, parse and validate a config file; raises ``ConfigError``."""
     file = str(path)
@@ -523,9 +527,17 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except OSError as e:
         raise ConfigError("", f"cannot read config file: {e.strerror}", file=file) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError("", "config file is not UTF-8 text", file=file) from None
+    if (at := too_deep(text, MAX_TOML_NESTING)) is not None:
+        where = f"(at line {at[0]}, column {at[1]})"
+        message = (
+            f"invalid TOML: arrays or inline tables nested more than {MAX_TOML_NESTING} levels deep {where}"
+        )
+        raise ConfigError("", message, file=file)
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("", f"invalid TOML: {e}", file=file) from None
     return parse_config(data, file=file, base_dir=Path(path).resolve().parent)

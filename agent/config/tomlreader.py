@@ -18,6 +18,17 @@ from agent.errors import ConfigError
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+(\[\d+\])*")  # an array entry too: clusters[1]
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# What can hold a bracket that is not one: strings (multi-line first; a closing """ or ''' may be
+# followed by up to two quotes of the content) and comments. Any other bracket opens or closes.
+_TOML_TOKEN = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""(?:""?)?'
+    r"|'''.*?'''(?:''?)?"
+    r'|"(?:[^"\\\n]|\\.)*"'
+    r"|'[^'\n]*'"
+    r"|#[^\n]*"
+    r"|[\[\]{}]",
+    re.DOTALL,
+)
 
 
 def parse_duration(text: str) -> float:
@@ -34,6 +45,26 @@ def parse_duration(text: str) -> float:
     if pos != len(text):
         raise ValueError(f"invalid duration {text!r} (use e.g. 30s, 5m, 1h30m, 500ms)")
     return total
+
+
+def too_deep(text: str, limit: int) -> tuple[int, int] | None:
+    """Line and column (1-based) of the first array or inline table nested more than ``limit``
+    levels deep in TOML ``text``, if any.
+
+    Why: ``tomllib`` recurses on them up to Python's recursion limit, and its RecursionError
+    names no place. Text that is not TOML is left to ``tomllib`` (an unclosed string hides the rest).
+    """
+    depth = 0
+    for m in _TOML_TOKEN.finditer(text):
+        token = m.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > limit:
+                at = m.start()
+                return text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        elif token in ("]", "}"):
+            depth -= 1
+    return None
 
 
 class TableReader:

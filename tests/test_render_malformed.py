@@ -373,6 +373,28 @@ CASES = [
         "app/kustomization.yaml",
     ),
     Case(
+        "kustomization nested thousands deep",
+        {"app/kustomization.yaml": "resources:\n" + "- " * 3_000 + "x\n"},
+        "invalid kustomization: nested more than 200 levels deep",  # before: RecursionError, no file
+        "app/kustomization.yaml",
+        2,
+    ),
+    Case(
+        "Chart.yaml nested thousands deep",
+        {**CHART, "app/Chart.yaml": "apiVersion: v2\nname: app\nversion: 0.1.0\nx:\n" + "- " * 3_000 + "y\n"},
+        "invalid Chart.yaml: nested more than 200 levels deep",
+        "app/Chart.yaml",
+        5,
+    ),
+    Case(
+        "JSON nested thousands deep",
+        {"app/a.json": "[" * 5_000},
+        "JSON is nested more than 200 levels deep",
+        "app/a.json",
+        1,
+        column=213,
+    ),
+    Case(
         "kustomize build error",
         {
             "app/kustomization.yaml": "resources:\n  - cm.yaml\npatches:\n  - path: patch.yaml\n",

@@ -157,6 +157,25 @@ def test_files_kustomize_generators_read_are_decrypted(tmp_path: Path, key: AgeK
     assert {s.file for s in ds.encrypted} == {"gen/app.env", "gen/conf.json", "gen/blob.bin"}
 
 
+def test_a_generator_file_of_ciphertext_nested_thousands_deep_fails_the_render_not_the_pass(
+    tmp_path: Path, key: AgeKey
+) -> None:
+    """Before: the whole-file check parsed it with json.loads, whose RecursionError escaped the
+    render (the pass failed with "internal error", naming no file)."""
+    deep = '{"a": ' * 5_000 + '"ENC[AES256_GCM,data:eA==,iv:eA==,tag:eA==,type:str]"' + "}" * 5_000
+    write(
+        tmp_path,
+        {
+            "gen/deep.json": deep,
+            "gen/kustomization.yaml": "configMapGenerator:\n- name: cm\n  files: [deep.json]\n",
+        },
+    )
+    with pytest.raises(RenderError) as e:
+        render(tmp_path, RenderSpec("c", ("gen",), {}, keys=keys_of(key)))
+    assert problems(e) == [("gen (kustomize build output)", DecryptFault.MALFORMED)]
+    assert "holds ciphertext that is not a whole sops file" in str(e.value)
+
+
 def _tamper_mac(text: str) -> str:
     return text.replace("name: db", "name: dc")
 

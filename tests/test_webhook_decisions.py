@@ -73,7 +73,7 @@ def test_github_and_gitlab_push_bodies_are_read_for_their_repository_and_ref() -
     )
     gl = {"ref": "refs/heads/main", "after": "0" * 40, "project": {"git_http_url": "https://h/g/p.git"}}
     assert webhooks.parse(HookKind.GITLAB, json.dumps(gl).encode()).deleted
-    for body in (b"nope", b"[]", b'{"repository": {}}'):
+    for body in (b"nope", b"[]", b'{"repository": {}}', b"[" * 100_000):  # the last: RecursionError
         try:
             webhooks.parse(HookKind.GITHUB, body)
         except ValueError:

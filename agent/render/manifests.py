@@ -107,7 +107,39 @@ class Document:
 # YAML
 
 
-class _Loader(yaml.SafeLoader):
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+
+
+class TooDeep(yaml.MarkedYAMLError):
+    """A document nests deeper than ``MAX_PARSE_DEPTH``; ``mark`` is where (0-based line, column)."""
+
+    def __init__(self, mark: yaml.Mark) -> None:
+        super().__init__(problem=_TOO_DEEP, problem_mark=mark)
+        self.mark = mark
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that raises ``TooDeep`` past ``MAX_PARSE_DEPTH`` levels (see there).
+
+    For every YAML the agent reads from Git: ``yaml.load(text, BoundedLoader)`` is ``safe_load``.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.depth = 0  # of the node being composed
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.depth += 1
+        try:
+            if self.depth > MAX_PARSE_DEPTH:
+                parser: Any = self  # PyYAML's parser methods are untyped
+                raise TooDeep(parser.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+class _Loader(BoundedLoader):
     """SafeLoader that substitutes, keeps dates as strings, and collects problems."""
 
     variables: Mapping[str, str] | None = None
@@ -117,18 +149,6 @@ class _Loader(yaml.SafeLoader):
         # (message, line, column, line of an earlier definition), 1-based
         self.problems: list[tuple[str, int, int, int | None]] = []
         self.lines: dict[int, int] = {}
-        self.depth = 0  # of the node being composed (see MAX_PARSE_DEPTH)
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self.depth += 1
-        try:
-            if self.depth > MAX_PARSE_DEPTH:
-                parser: Any = self
-                mark = parser.peek_event().start_mark
-                raise _TooDeep(mark.line + 1, mark.column + 1)
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
 
     def compose_scalar_node(self, anchor: Any) -> Any:
         parser: Any = self  # PyYAML's parser methods are untyped
@@ -224,17 +244,6 @@ class _Recursive(Exception):
     pass
 
 
-class _TooDeep(Exception):
-    """A parser went past ``MAX_PARSE_DEPTH`` at ``line``, ``column`` (1-based)."""
-
-    def __init__(self, line: int, column: int) -> None:
-        super().__init__(line, column)
-        self.line, self.column = line, column
-
-
-_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
-
-
 def parse_yaml(
     text: str, origin: Origin, variables: Mapping[str, str] | None
 ) -> tuple[list[Document], list[RenderProblem]]:
@@ -280,12 +289,13 @@ def _parse_yaml_python(
             if len(loader.problems) == before:
                 docs.append(Document(value, index, start, loader.lines))
             index += 1
+    except TooDeep as e:
+        mark = e.mark
+        problems.append(origin.problem(f"document is {_TOO_DEEP}", mark.line + 1, mark.column + 1))
     except yaml.MarkedYAMLError as e:
         problems.append(_syntax_problem(e, origin))
     except yaml.YAMLError as e:
         problems.append(origin.problem(f"YAML error: {e}"))
-    except _TooDeep as e:
-        problems.append(origin.problem(f"document is {_TOO_DEEP}", e.line, e.column))
     except RecursionError:
         problems.append(origin.problem("document is nested too deeply"))
     finally:
@@ -338,7 +348,8 @@ def parse_json(
         nonlocal depth
         depth += 1
         if depth > MAX_PARSE_DEPTH:
-            raise _TooDeep(line_of(s, idx), column_of(s, idx))
+            line, column = s.count("\n", 0, idx), idx - s.rfind("\n", 0, idx) - 1  # 0-based
+            raise TooDeep(yaml.Mark(origin.file, idx, line, column, None, 0))
 
     def line_of(s: str, idx: int) -> int:
         return s.count("\n", 0, idx) + 1
@@ -405,8 +416,9 @@ def parse_json(
         value = decoder.decode(text)
     except json.JSONDecodeError as e:
         return [], [origin.problem(f"JSON syntax error: {e.msg}", e.lineno, e.colno)]
-    except _TooDeep as e:
-        return [], [origin.problem(f"JSON is {_TOO_DEEP}", e.line, e.column)]
+    except TooDeep as e:
+        mark = e.mark
+        return [], [origin.problem(f"JSON is {_TOO_DEEP}", mark.line + 1, mark.column + 1)]
     except RecursionError:
         return [], [origin.problem("JSON is nested too deeply")]
     if problems:

@@ -531,10 +531,10 @@ def _sniff(text: str) -> tuple[str | None, Any]:
     """(sops input type, metadata) of a whole encrypted file's text, or (None, None)."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError:
+        docs, problems = parse_json(text, Origin(""), None)  # bounded depth, unlike json.loads
+        if problems or not docs:
             return None, None
+        value = docs[0].value
         if encrypted(value):
             return ("binary" if set(value) == {"data", SOPS_KEY} else "json"), value[SOPS_KEY]
         return None, None

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import yaml
 
 from agent.errors import RenderProblem
+from agent.render.manifests import BoundedLoader
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _STDERR_KEEP = 8 * 1024
@@ -298,7 +299,7 @@ def check_kustomization(directory: Path, tree: Path, seen: set[Path] | None = No
     problems = check_symlinks(directory, tree, rel_dir)
     try:
         text = kfile.read_text("utf-8")
-        data: Any = yaml.safe_load(text)
+        data: Any = yaml.load(text, BoundedLoader)
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -398,7 +399,7 @@ def check_chart(chart: Path, tree: Path) -> list[RenderProblem]:
     problems = check_symlinks(chart, tree, rel)
     chart_file = chart / "Chart.yaml"
     try:
-        meta: Any = yaml.safe_load(chart_file.read_text("utf-8"))
+        meta: Any = yaml.load(chart_file.read_text("utf-8"), BoundedLoader)
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         mark = getattr(e, "problem_mark", None)
         return [
@@ -413,7 +414,8 @@ def check_chart(chart: Path, tree: Path) -> list[RenderProblem]:
     req = chart / "requirements.yaml"
     if req.is_file():  # apiVersion v1 charts
         with contextlib.suppress(yaml.YAMLError, UnicodeDecodeError, OSError, AttributeError):
-            deps = (deps or []) + (yaml.safe_load(req.read_text("utf-8")) or {}).get("dependencies", [])
+            requirements = yaml.load(req.read_text("utf-8"), BoundedLoader) or {}
+            deps = (deps or []) + requirements.get("dependencies", [])
     for dep in deps or []:
         if not isinstance(dep, dict) or not isinstance(dep.get("name"), str):
             problems.append(RenderProblem(f"{rel}/Chart.yaml", "dependencies: every entry needs a name"))

@@ -159,6 +159,8 @@ def parse(kind: HookKind, body: bytes) -> Push:
         doc = json.loads(body)
     except ValueError:
         raise ValueError("body is not JSON") from None
+    except RecursionError:  # a verified sender's body: no push nests this deep
+        raise ValueError("body is JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("body is not a JSON object")
     ref = doc.get("ref")

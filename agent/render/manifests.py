@@ -124,19 +124,21 @@ class BoundedLoader(yaml.SafeLoader):
     For every YAML the agent reads from Git: ``yaml.load(text, BoundedLoader)`` is ``safe_load``.
     """
 
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.depth = 0  # of the node being composed
+    depth = 0  # of the node being composed
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    # The composer calls these around every node it composes. Counting here rather than in an
+    # override of the recursive ``compose_node`` adds no frame a level: one made large files
+    # parse ~30% slower (argo-cd's install.yaml, 2 MB: 1.9 s -> 2.5 s).
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
         self.depth += 1
-        try:
-            if self.depth > MAX_PARSE_DEPTH:
-                parser: Any = self  # PyYAML's parser methods are untyped
-                raise TooDeep(parser.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
+        if self.depth > MAX_PARSE_DEPTH:
+            parser: Any = self  # PyYAML's parser methods are untyped
+            raise TooDeep(parser.peek_event().start_mark)
+        super().descend_resolver(current_node, current_index)
+
+    def ascend_resolver(self) -> None:
+        self.depth -= 1
+        super().ascend_resolver()
 
 
 class _Loader(BoundedLoader):

@@ -37,7 +37,7 @@ AVAILABLE: bool = bool(getattr(yaml, "__with_libyaml__", False))
 
 #: A document with more possible nesting levels than this goes to the pure-Python loader: the
 #: libyaml composer recurses on the C stack (~300 bytes a level; 8 MB stacks crash at ~25,000
-#: levels, a segfault no ``except`` can catch), while the Python one stops with RecursionError.
+#: levels, a segfault no ``except`` can catch), while the Python one stops at a set depth.
 MAX_C_DEPTH = 10_000
 # Every nesting level starts with one of these characters of its own (flow opener, block
 # sequence entry, complex key, or the value indicator of a mapping's first key), so their count in
@@ -113,7 +113,7 @@ def load(
 
 
 def _shallow(text: str) -> bool:
-    """Whether no document of ``text`` can nest deeper than ``MAX_C_DEPTH`` (see ``_LEVEL_CHARS``)."""
+    """Whether no document of ``text`` can nest deeper than ``MAX_C_DEPTH`` levels."""
     if sum(text.count(c) for c in _LEVEL_CHARS) <= MAX_C_DEPTH:
         return True
     # A "---" or "..." at column 0 always ends a document (even inside a block or quoted scalar),
@@ -126,7 +126,27 @@ def _shallow(text: str) -> bool:
             at = text.find(marker, at + 1)
     cuts.sort()
     cuts.append(len(text))
-    return all(sum(text.count(c, a, b) for c in _LEVEL_CHARS) <= MAX_C_DEPTH for a, b in pairwise(cuts))
+    return all(_depth_bound(text, a, b) <= MAX_C_DEPTH for a, b in pairwise(cuts))
+
+
+def _depth_bound(text: str, start: int, end: int) -> int:
+    """An upper bound of the nesting depth of the document in ``text[start:end]``: the smaller of two.
+
+    The count of ``_LEVEL_CHARS``, tight for small documents but not for a large CRD (a colon per
+    key: argo-cd's ApplicationSet counts 24,386), and a bound from indentation: block collections
+    come outermost, and along any path of them the column where one starts grows at least every
+    second level (only a mapping's value may be a sequence at the mapping's own column), so they
+    nest at most twice (longest line + 1) deep; inside them, each ``{`` opens one flow level and
+    each ``[`` at most two (a sequence, and a single-pair mapping ``[a: b]`` in it).
+    """
+    by_chars = sum(text.count(c, start, end) for c in _LEVEL_CHARS)
+    return by_chars if by_chars <= MAX_C_DEPTH else min(by_chars, indent_bound(text[start:end]))
+
+
+def indent_bound(document: str) -> int:
+    """The bound from indentation of ``_depth_bound`` (see there)."""
+    longest = max(map(len, document.split("\n")))
+    return 2 * (longest + 1) + 2 * document.count("[") + document.count("{")
 
 
 class _Walk:

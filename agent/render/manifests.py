@@ -350,8 +350,7 @@ def parse_json(
         nonlocal depth
         depth += 1
         if depth > MAX_PARSE_DEPTH:
-            line, column = s.count("\n", 0, idx), idx - s.rfind("\n", 0, idx) - 1  # 0-based
-            raise TooDeep(yaml.Mark(origin.file, idx, line, column, None, 0))
+            raise TooDeep(yaml.Mark(origin.file, idx, line_of(s, idx) - 1, column_of(s, idx) - 1, None, 0))
 
     def line_of(s: str, idx: int) -> int:
         return s.count("\n", 0, idx) + 1

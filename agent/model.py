@@ -617,6 +617,11 @@ class ClusterResult:
     def failed(self) -> int:
         return self.count(Outcome.FAILED)
 
+    @property
+    def yielded(self) -> int:
+        """Objects with a declared field left to its owner (docs/safety.md rule 5): shown, never silent."""
+        return sum(1 for r in self.results if r.yielded)
+
 
 class HealthState(enum.StrEnum):
     """How far an object (or an app) has rolled out: kstatus's names, plus ``Suspended``.

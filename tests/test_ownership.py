@@ -1,7 +1,9 @@
 """Who owns what, on a real API server (docs/safety.md rules 4, 5, 9 and adoption).
 
 Foreign labels, annotations and HPA-owned replicas survive many reconciles;
-a hand edit of a Git-declared field is reverted and reported as drift;
+a hand edit of a Git-declared field is reverted and reported as drift, a hand
+`kubectl scale` too (default rule `kubectl*` on `scale`: force), while an
+autoscaler's `/scale` write is yielded and shown (run table, `/status`, page, diff);
 `reconcile: disabled` and `prune: disabled` end ownership on purpose without
 changing content; existing objects are adopted per `adopt`.
 """

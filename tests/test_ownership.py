@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from agent.cli.diff import diff
 from agent.cli.main import main
+from agent.cli.ops import format_status
 from agent.dev import localcluster
 from agent.model import PART_OF, Note, ObjectKey, Outcome
 from agent.run.record_store import FileStore
@@ -141,7 +142,7 @@ def test_drift_versus_cooperation_hand_kubectl_scale_loses_to_git_and_an_autosca
     assert (web.outcome, web.note, r.yielded) == (Outcome.UNCHANGED, Note.YIELDED, 1), web
     assert get(a.kubeconfig, "deployment", "web", "-n", ns)["spec"]["replicas"] == 6  # the HPA's
     key = f"Deployment.apps/{ns}/web"
-    # /status
+    # /status, and `gitops-agent status` reading it
     row = agent.fleet.status["pool-a"].rows()[0]
     assert row["yielded"] == 1
     assert row["yields"] == [
@@ -153,6 +154,8 @@ def test_drift_versus_cooperation_hand_kubectl_scale_loses_to_git_and_an_autosca
             "subresource": "scale",
         }
     ]
+    yielded_line = f"  pool-a: {key}: yielded: spec.replicas kept by kube-controller-manager (scale)"
+    assert yielded_line in format_status({"agent": agent.config.agent.name, "clusters": [row]}).splitlines()
     # The status page (records of the real pass).
     page = StatusPage(
         lambda: Snapshot(agent.config.agent.name, (ClusterSnapshot("pool-a", agent.fleet.status["pool-a"]),)),
@@ -168,7 +171,7 @@ def test_drift_versus_cooperation_hand_kubectl_scale_loses_to_git_and_an_autosca
     lines = once.stdout.splitlines()
     header, row_a = lines[0].split(), next(line.split() for line in lines if line.startswith("pool-a"))
     assert row_a[header.index("YIELDED")] == "1", once.stdout
-    assert f"  pool-a: {key}: yielded: spec.replicas kept by kube-controller-manager (scale)" in lines
+    assert yielded_line in lines
     # the diff report
     report = CliRunner().invoke(
         diff, ["--config", agent.config.file, "--format", "json"], catch_exceptions=False

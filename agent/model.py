@@ -205,6 +205,8 @@ class SkipReason(enum.StrEnum):
     OTHER_APP = "other-app"
     #: Its listing failed in this pass: unknown is not absent.
     LIVE_UNKNOWN = "live-unknown"
+    #: A Helm hook of delete/rollback phases only: never applied nor a member (``plan.hooks``).
+    HELM_HOOK = "helm-hook"
 
 
 class Action(enum.StrEnum):
@@ -617,6 +619,11 @@ class ClusterResult:
     def failed(self) -> int:
         return self.count(Outcome.FAILED)
 
+    @property
+    def yielded(self) -> int:
+        """Objects with a declared field left to its owner (docs/safety.md rule 5): shown, never silent."""
+        return sum(1 for r in self.results if r.yielded)
+
 
 class HealthState(enum.StrEnum):
     """How far an object (or an app) has rolled out: kstatus's names, plus ``Suspended``.
@@ -778,6 +785,8 @@ HEALTH_IGNORE = "ignore"
 DECRYPTED_FIELDS = "gitops-agent.io/decrypted-fields"
 #: Users' annotation: delete and re-create the object when an immutable field changes.
 RECREATE = "gitops-agent.io/recreate"
+#: Helm's hook annotation (comma-separated phases), read to leave delete/rollback hooks out.
+HELM_HOOK = "helm.sh/hook"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"
 
 #: The group and kind of a CustomResourceDefinition (applied, and waited for, before its resources).

@@ -34,9 +34,11 @@ kubeconfig = "kc"
 path = "clusters/a"
 """
 
-#: docs/safety.md rule 5 and docs/configuration.md, in order: yield to anything writing through
-#: `scale` and to kube-controller-manager; force over kubectl, kubectl-*, before-first-apply, velero*.
+#: docs/safety.md rule 5 and docs/configuration.md, in order: force over kubectl* writing through
+#: `scale` (a hand `kubectl scale`); yield to anything else writing through `scale` (autoscalers)
+#: and to kube-controller-manager; force over kubectl, kubectl-*, before-first-apply, velero*.
 DOCUMENTED_CONFLICT_RULES = (
+    ConflictRule(manager="kubectl*", operation="*", subresource="scale", action="force"),
     ConflictRule(manager="*", operation="*", subresource="scale", action="yield"),
     ConflictRule(manager="kube-controller-manager", operation="*", subresource="*", action="yield"),
     ConflictRule(manager="kubectl", operation="*", subresource="*", action="force"),

@@ -254,3 +254,33 @@ def test_offline_flags_a_file_not_encrypted_to_a_target_clusters_recipient_befor
         diff, ["--offline", "--repo", str(repo.path), "--base", base, "--head", "main", "--config", str(cfg)]
     )
     assert "error: shared/db.yaml: not encrypted to" in text.stdout
+
+
+def test_offline_a_helm_delete_hook_added_to_a_chart_is_a_skip_not_an_addition(tmp_path: Path) -> None:
+    """Live passes never apply a hook of delete/rollback phases only, so the PR's report says so."""
+    chart = {
+        "clusters/alpha/guard/Chart.yaml": "apiVersion: v2\nname: guard\nversion: 0.1.0\n",
+        "clusters/alpha/guard/templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n"
+        "  namespace: shop\ndata:\n  k: v\n",
+    }
+    hook = """
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          name: scale-to-zero
+          namespace: shop
+          annotations: {"helm.sh/hook": pre-delete}
+        spec:
+          template:
+            spec:
+              restartPolicy: Never
+              containers: [{name: k, image: "bitnami/kubectl:1.31"}]
+        """
+    repo = make_repo(tmp_path, chart)
+    base = str(pygit2.Repository(str(repo.path)).head.target)
+    repo.commit({**chart, "clusters/alpha/guard/templates/hook.yaml": hook}, "add a pre-delete hook")
+    result, doc = run("--repo", str(repo.path), "--base", base, "--head", "main")
+    assert result.exit_code == 0, result.output  # nothing the agent would do differs
+    entry = by_key(doc, "alpha")["Job.batch/shop/scale-to-zero"]
+    assert (entry["action"], entry["skip"]) == ("skip", "helm-hook")
+    assert "pre-delete hook" in entry["reason"] and doc["summary"]["created"] == 0

@@ -123,11 +123,12 @@ def test_run_once_prints_a_per_cluster_summary_and_exits_1_when_a_cluster_failed
     )
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split()[:7] == [
+    assert lines[0].split()[:8] == [
         "CLUSTER",
         "REVISION",
         "APPLIED",
         "UNCHANGED",
+        "YIELDED",
         "PRUNED",
         "FAILED",
         "STATUS",

@@ -1,7 +1,9 @@
 """Who owns what, on a real API server (docs/safety.md rules 4, 5, 9 and adoption).
 
 Foreign labels, annotations and HPA-owned replicas survive many reconciles;
-a hand edit of a Git-declared field is reverted and reported as drift;
+a hand edit of a Git-declared field is reverted and reported as drift, a hand
+`kubectl scale` too (default rule `kubectl*` on `scale`: force), while an
+autoscaler's `/scale` write is yielded and shown (run table, `/status`, page, diff);
 `reconcile: disabled` and `prune: disabled` end ownership on purpose without
 changing content; existing objects are adopted per `adopt`.
 """
@@ -13,9 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from agent.cli.diff import diff
+from agent.cli.main import main
+from agent.cli.ops import format_status
 from agent.dev import localcluster
 from agent.model import PART_OF, Note, ObjectKey, Outcome
+from agent.run.record_store import FileStore
+from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage
+from agent.ui import auth
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 
@@ -102,6 +111,75 @@ def test_drift_versus_cooperation_kubectl_edit_of_a_declared_field_is_reverted_a
     live = get(a.kubeconfig, "deployment", "web", "-n", ns)
     assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
     assert agent.reconcile()["pool-a"].count(Outcome.UNCHANGED) == 2
+
+
+def test_drift_versus_cooperation_hand_kubectl_scale_loses_to_git_and_an_autoscaler_keeps_its_yield_shown(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    """Rule `kubectl*` on `scale` → force: Git's next replicas are applied over a hand
+    `kubectl scale`; an HPA's `/scale` write (as kube-controller-manager) is still yielded, and
+    the yield shows in `run --once`'s table, `/status`, the status page and the diff report."""
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("own")
+    repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": namespace_doc(ns) + "---\n" + deployment(ns)})
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    assert agent.reconcile()["pool-a"].ok
+    kubectl(a.kubeconfig, "scale", "deployment", "web", "-n", ns, "--replicas=4")  # as people do
+    hand = {
+        (e["manager"], e.get("subresource"))
+        for e in get(a.kubeconfig, "deployment", "web", "-n", ns)["metadata"]["managedFields"]
+    }
+    assert ("kubectl", "scale") in hand, hand  # kubectl scale writes /scale as manager `kubectl`
+    repo.commit({"clusters/pool-a/app.yaml": namespace_doc(ns) + "---\n" + deployment(ns, replicas=3)})
+    r = agent.reconcile()["pool-a"]
+    (web,) = [x for x in r.results if x.key.kind == "Deployment"]
+    assert (r.ok, web.outcome, web.yielded, r.yielded) == (True, Outcome.CONFIGURED, (), 0), web
+    assert get(a.kubeconfig, "deployment", "web", "-n", ns)["spec"]["replicas"] == 3  # Git's value
+
+    scale_as_hpa(a.kubeconfig, ns, 6)
+    r = agent.reconcile()["pool-a"]
+    (web,) = [x for x in r.results if x.key.kind == "Deployment"]
+    assert (web.outcome, web.note, r.yielded) == (Outcome.UNCHANGED, Note.YIELDED, 1), web
+    assert get(a.kubeconfig, "deployment", "web", "-n", ns)["spec"]["replicas"] == 6  # the HPA's
+    key = f"Deployment.apps/{ns}/web"
+    # /status, and `gitops-agent status` reading it
+    row = agent.fleet.status["pool-a"].rows()[0]
+    assert row["yielded"] == 1
+    assert row["yields"] == [
+        {
+            "object": key,
+            "path": "spec.replicas",
+            "manager": "kube-controller-manager",
+            "operation": "Update",
+            "subresource": "scale",
+        }
+    ]
+    yielded_line = f"  pool-a: {key}: yielded: spec.replicas kept by kube-controller-manager (scale)"
+    assert yielded_line in format_status({"agent": agent.config.agent.name, "clusters": [row]}).splitlines()
+    # The status page (records of the real pass).
+    page = StatusPage(
+        lambda: Snapshot(agent.config.agent.name, (ClusterSnapshot("pool-a", agent.fleet.status["pool-a"]),)),
+        FileStore(tmp_path / "records"),
+        access=auth.Access.OPEN,
+    )
+    page.load()
+    page.record_passes([r], {}, may_write=lambda _: True)
+    html = page.handle("GET", "/ui/clusters/pool-a/apps/pool-a", {}).body.decode()
+    assert "spec.replicas owned by kube-controller-manager (scale), kept 6, Git says 3" in html
+    # `run --once`'s table
+    once = CliRunner().invoke(main, ["run", "--once", "--config", agent.config.file], catch_exceptions=False)
+    lines = once.stdout.splitlines()
+    header, row_a = lines[0].split(), next(line.split() for line in lines if line.startswith("pool-a"))
+    assert row_a[header.index("YIELDED")] == "1", once.stdout
+    assert yielded_line in lines
+    # the diff report
+    report = CliRunner().invoke(
+        diff, ["--config", agent.config.file, "--format", "json"], catch_exceptions=False
+    )
+    doc = json.loads(report.stdout)
+    assert doc["summary"]["yielded"] == 1 and doc["clusters"][0]["apps"][0]["summary"]["yielded"] == 1
+    (obj,) = doc["clusters"][0]["apps"][0]["objects"]
+    assert (obj["key"], obj["action"], obj["conflicts"][0]["resolution"]) == (key, "conflict", "yield")
 
 
 def test_ownership_ends_on_purpose_reconcile_disabled_and_prune_disabled(

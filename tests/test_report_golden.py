@@ -145,7 +145,14 @@ def test_golden_report_covers_every_case_the_issue_names() -> None:
     assert us.apps[0].error and us.errors == 1 and not us.objects
     assert staging.objects[0].error and staging.objects[0].key == "Deployment.apps/shop/api"
     assert {o.action for o in staging.objects} >= {ObjectAction.KEEP}
-    assert report.totals() == {"created": 3, "updated": 2, "pruned": 1, "conflicts": 5, "errors": 2}
+    assert report.totals() == {
+        "created": 3,
+        "updated": 2,
+        "pruned": 1,
+        "conflicts": 5,
+        "yielded": 2,
+        "errors": 2,
+    }
     assert report.exit_code == 2
 
 

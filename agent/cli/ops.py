@@ -262,6 +262,9 @@ def format_status(doc: dict[str, Any]) -> str:
             errors.append(f"  {where}: waiting on {', '.join(c['waiting_on'])}")
         for conflict in c.get("conflicts") or []:
             errors.append(f"  {where}: conflict: {conflict}")
+        for y in c.get("yields") or []:  # as `run --once` lists them: never a silent yield
+            via = y.get("subresource") or y.get("operation")
+            errors.append(f"  {where}: {y['object']}: yielded: {y['path']} kept by {y['manager']} ({via})")
         health = c.get("health") or {}
         if health and health.get("state") != "Current":
             blocker = f"; {health['blocker']}" if health.get("blocker") else ""

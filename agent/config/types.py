@@ -283,9 +283,12 @@ class ConflictRule:
         )
 
 
-#: The defaults of docs/safety.md rule 5: yield to whatever writes through `scale` and to the
-#: controller manager; take over from kubectl and restore tools.
+#: The defaults of docs/safety.md rule 5: a hand `kubectl scale` is drift like any hand edit
+#: (first, before the `scale` yield); yield to autoscalers writing through `scale` (an HPA, and
+#: KEDA through its HPA, write as kube-controller-manager) and to the controller manager; take
+#: over from kubectl and restore tools.
 DEFAULT_CONFLICT_RULES: tuple[ConflictRule, ...] = (
+    ConflictRule(manager="kubectl*", subresource="scale", action="force"),
     ConflictRule(manager="*", subresource="scale", action="yield"),
     ConflictRule(manager="kube-controller-manager", action="yield"),
     ConflictRule(manager="kubectl", action="force"),

@@ -5,7 +5,8 @@ what our field manager's Apply entry owns in live ``managedFields``, and live
 values; it returns exactly one ``Change``:
 
 - ``SKIP``: live (or Git) says ``gitops-agent.io/reconcile: disabled``, the
-  object exists and ``adopt`` refuses it, or its live state is unknown.
+  object exists and ``adopt`` refuses it, its live state is unknown, or it is a
+  Helm hook of delete/rollback phases only (``hooks``).
 - ``CREATE``: absent in live.
 - ``NOOP``: every declared path, normalised (``normalize``), equals live, and
   our Apply entry (operation Apply, no subresource, same apiVersion) owns
@@ -62,7 +63,7 @@ from agent.model import (
     SkipReason,
     split_api_version,
 )
-from agent.plan import masking
+from agent.plan import hooks, masking
 from agent.plan.compare import differences
 from agent.plan.expected import expected_after, for_report, whole_item_if_key
 from agent.plan.fields import (
@@ -131,11 +132,11 @@ def plan(
     """One ``Change`` per desired object, in the order given. A key missing from ``live`` is SKIPped."""
     changes: list[Change] = []
     for obj in desired:
-        if obj.key not in live:
+        if obj.key not in live and not hooks.deferred_hook(obj.manifest):  # a hook needs no live state
             unknown = "live state unknown: not listed in this pass"
             changes.append(_change(obj, Action.SKIP, reason=unknown, skip=SkipReason.LIVE_UNKNOWN))
             continue
-        changes.append(plan_object(obj, live[obj.key], options))
+        changes.append(plan_object(obj, live.get(obj.key), options))
     return Plan(cluster=cluster, revision=revision, changes=tuple(changes))
 
 
@@ -188,6 +189,8 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     if options.adopt not in choices(Adopt):
         raise ValueError(f"adopt must be one of {', '.join(choices(Adopt))}, got {options.adopt!r}")
     manifest = desired.manifest
+    if phases := hooks.deferred_hook(manifest):
+        return _change(desired, Action.SKIP, reason=hooks.skip_reason(phases), skip=SkipReason.HELM_HOOK)
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(manifest.get("kind", "")))
     secret = masking.is_secret(manifest)

@@ -57,9 +57,9 @@ class LiveState:
         return key not in self.unknown
 
     def explain(self, change: Change) -> Change:
-        """A SKIP for unknown live state, with the failed listing named."""
+        """A SKIP for unknown live state, with the failed listing named (a hook's SKIP needs none)."""
         why = self.unknown.get(change.key)
-        if why is None or change.action is not Action.SKIP:
+        if why is None or change.action is not Action.SKIP or change.skip is SkipReason.HELM_HOOK:
             return change
         return replace(change, reason=f"live state unknown: {why}", skip=SkipReason.LIVE_UNKNOWN)
 

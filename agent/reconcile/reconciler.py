@@ -531,8 +531,9 @@ class ClusterReconciler(ClusterStages):
         live = shared.live_for(run)
         the_plan = self._memo(run.name).remember(self.cluster.name, run.revision.sha, run.desired, verdicts)
         by_key = {o.key: o for o in run.desired}
-        left_to_others = {v.obj.key for v in verdicts if v.passed}
-        mine = {k: o for k, o in by_key.items() if k not in left_to_others}
+        # Left to another app, or a Helm delete/rollback hook: never a member of this app.
+        not_mine = {v.obj.key for v in verdicts if v.passed or v.change.skip is SkipReason.HELM_HOOK}
+        mine = {k: o for k, o in by_key.items() if k not in not_mine}
         taken = {v.obj.key: v.taken_from for v in verdicts if v.taken_from}
         for v in verdicts:
             for c in v.conflicts:

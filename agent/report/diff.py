@@ -143,6 +143,7 @@ def change_report(
         source=str(change.provenance) if change.provenance else "",
         reason=change.reason,
         note=note,
+        skip=change.skip.value if change.skip else "",
         error=error,
     )
 

@@ -5,7 +5,9 @@ through ``GitSource.resolve`` (any URL the agent can fetch, or a local
 repository such as the PR's own checkout), each cluster's paths are rendered
 at both, and objects are matched by identity (group, kind, namespace as
 written, name): added, changed (with field-level diffs) or removed. Secrets
-are masked by ``diff_fields.diff_objects`` like in live mode.
+are masked by ``diff_fields.diff_objects`` like in live mode. A Helm hook of
+delete/rollback phases only that changed is a ``skip`` (``helm-hook``): the
+agent never applies nor deletes it (``plan.hooks``).
 
 Which clusters: the ``--config`` file's clusters (paths, variables, Helm
 settings, excludes; their kubeconfigs need not exist: nothing here connects),
@@ -40,10 +42,11 @@ from agent.model import (
     DesiredSet,
     ObjectKey,
     Revision,
+    SkipReason,
     parse_release,
     release_text,
 )
-from agent.plan import apis
+from agent.plan import apis, hooks
 from agent.reconcile.reconciler import app_render_spec
 from agent.render.renderer import RenderSpec, render
 from agent.render.sops import SopsMode
@@ -158,11 +161,25 @@ def compare_app(app: AppConfig, base: Revision, head: Revision, *, kubernetes_ve
             else:
                 unchanged += 1
             continue
+        where = a or b
+        assert where is not None
+        if phases := hooks.deferred_hook(where.manifest):  # added, changed or removed: never applied
+            reason = hooks.skip_reason(phases)
+            skip = SkipReason.HELM_HOOK.value
+            objects.append(
+                new_object(
+                    key,
+                    where.api_version,
+                    ObjectAction.SKIP,
+                    source=str(where.provenance),
+                    reason=reason,
+                    skip=skip,
+                )
+            )
+            continue
         action = (
             ObjectAction.CREATE if b is None else ObjectAction.PRUNE if a is None else ObjectAction.UPDATE
         )
-        where = a or b
-        assert where is not None
         objects.append(
             new_object(
                 key,

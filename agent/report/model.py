@@ -179,6 +179,8 @@ class ObjectReport:
     source: str = ""
     reason: str = ""
     note: str = ""
+    #: Why a ``skip`` (``model.SkipReason`` spelling: ``helm-hook``, ``other-set``...); "" otherwise.
+    skip: str = ""
     #: The server (or a guard) refused this object: the real apply would fail here.
     error: str | None = None
     #: Other apps of the cluster declaring this object too (shown in both apps' sections).
@@ -213,6 +215,8 @@ class _Part(Protocol):
     @property
     def conflicts(self) -> int: ...
     @property
+    def yielded(self) -> int: ...
+    @property
     def errors(self) -> int: ...
     def count(self, action: ObjectAction) -> int: ...
 
@@ -224,6 +228,7 @@ def _totals(part: _Part) -> dict[str, int]:
         "updated": part.count(ObjectAction.UPDATE),
         "pruned": part.count(ObjectAction.PRUNE),
         "conflicts": part.conflicts,
+        "yielded": part.yielded,
         "errors": part.errors,
     }
 
@@ -249,6 +254,11 @@ class AppReport:
     def conflicts(self) -> int:
         """Field conflicts with other managers plus objects another app declares too."""
         return sum(len(o.conflicts) + len(o.app_conflicts) for o in self.objects)
+
+    @property
+    def yielded(self) -> int:
+        """Field conflicts left to the other manager (docs/safety.md rule 5): part of ``conflicts``."""
+        return sum(1 for o in self.objects for c in o.conflicts if c.resolution == "yield")
 
     @property
     def errors(self) -> int:
@@ -304,6 +314,10 @@ class ClusterReport:
         return sum(a.conflicts for a in self.apps)
 
     @property
+    def yielded(self) -> int:
+        return sum(a.yielded for a in self.apps)
+
+    @property
     def errors(self) -> int:
         return sum(a.errors for a in self.apps) + (1 if self.error else 0)
 
@@ -334,7 +348,7 @@ class Report:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def totals(self) -> dict[str, int]:
-        out = dict.fromkeys(("created", "updated", "pruned", "conflicts", "errors"), 0)
+        out = dict.fromkeys(("created", "updated", "pruned", "conflicts", "yielded", "errors"), 0)
         for c in self.clusters:
             for k, v in c.totals().items():
                 out[k] += v
@@ -376,6 +390,7 @@ def _object_json(o: ObjectReport) -> dict[str, Any]:
         "source": o.source,
         "reason": o.reason,
         "note": o.note,
+        "skip": o.skip,
         "diff": o.diff,
         "fields": [{"path": f.path, "op": f.op, "before": f.before, "after": f.after} for f in o.fields],
         "conflicts": [

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.model import ApiProblem, AppHealth, ClusterResult, HealthState, Outcome
+from agent.model import ApiProblem, AppHealth, ClusterResult, FieldConflict, HealthState, Outcome
+from agent.plan.fields import render_path
+
+
+def yielded_text(c: FieldConflict) -> str:
+    """``spec.replicas kept by kube-controller-manager (scale)``: no values, so no secret can show."""
+    return f"{render_path(c.path)} kept by {c.manager} ({c.subresource or c.operation})"
 
 
 def _status(r: ClusterResult) -> str:
@@ -26,7 +32,8 @@ def _status(r: ClusterResult) -> str:
 def format_summary(
     results: list[ClusterResult], health: Mapping[tuple[str, str], AppHealth] | None = None
 ) -> str:
-    """One row per (cluster, app), then each failed or skipped object and each object two apps declare.
+    """One row per (cluster, app), then each failed or skipped object, each object two apps declare
+    and each field yielded to another manager (YIELDED counts those objects: a yield is never silent).
 
     The APP column is there when an app is not a cluster entry's own (named after the entry):
     a config without `[[apps]]` prints the table it printed before apps. The HEALTH column is
@@ -37,7 +44,8 @@ def format_summary(
     apps = any(r.app and r.app != r.cluster for r in results)
     head = ("CLUSTER", "APP") if apps else ("CLUSTER",)
     shown = ("HEALTH",) if health else ()
-    rows = [(*head, "REVISION", "APPLIED", "UNCHANGED", "PRUNED", "FAILED", *shown, "STATUS")]
+    cols = ("REVISION", "APPLIED", "UNCHANGED", "YIELDED", "PRUNED", "FAILED")
+    rows = [(*head, *cols, *shown, "STATUS")]
     for r in results:
         status = _status(r)
         h = health.get((r.cluster, r.app or r.cluster))
@@ -47,6 +55,7 @@ def format_summary(
                 r.revision[:12],
                 str(r.applied),
                 str(r.count(Outcome.UNCHANGED)),
+                str(r.yielded),
                 str(r.count(Outcome.PRUNED)),
                 str(r.failed),
                 *((h.state.value if h else "-",) if health else ()),
@@ -67,6 +76,8 @@ def format_summary(
                 lines.append(f"  {where}: {res.key}: skipped: {res.message}")
         for c in r.conflicts:
             lines.append(f"  {where}: conflict: {c}")
+        for res in r.results:
+            lines.extend(f"  {where}: {res.key}: yielded: {yielded_text(y)}" for y in res.yielded)
         for f in r.api_findings:
             if f.problem is not ApiProblem.NOT_SERVED:  # those are failed objects, listed above
                 lines.append(f"  {where}: {f.key}: {f.problem.value}: {f.message}")

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.model import AppHealth, ClusterResult, HealthState, Outcome, PassState
+from agent.plan.fields import render_path
 from agent.plan.health import worst
 
 #: Which app state a cluster shows when its apps differ: the first of these any app is in.
@@ -36,6 +37,28 @@ def worst_state(states: set[PassState]) -> PassState:
 
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
+
+
+def _yields(r: ClusterResult) -> list[dict[str, str]]:
+    return [
+        {
+            "object": str(x.key),
+            "path": render_path(c.path),
+            "manager": c.manager,
+            "operation": c.operation,
+            "subresource": c.subresource,
+        }
+        for x in r.results
+        for c in x.yielded
+    ]
+
+
+def _skipped(r: ClusterResult) -> list[dict[str, str | None]]:
+    return [
+        {"object": str(x.key), "skip": x.skip.value if x.skip else None, "message": x.message}
+        for x in r.results
+        if x.outcome is Outcome.SKIPPED
+    ]
 
 
 @dataclass
@@ -87,6 +110,11 @@ class AppStatus:
             if r
             else [],
             "applied": r.applied if r else 0,
+            # Every declared field left to another manager (docs/safety.md rule 5), values left out.
+            "yielded": r.yielded if r else 0,
+            "yields": _yields(r) if r else [],
+            # What was not applied, and why (``SkipReason``): another set, reconcile disabled, a hook.
+            "skipped": _skipped(r) if r else [],
             "pruned": r.count(Outcome.PRUNED) if r else 0,
             "failed_objects": r.failed if r else 0,
             "last_run_at": _iso(r.finished) if r else None,

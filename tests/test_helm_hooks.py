@@ -1,0 +1,155 @@
+"""Helm delete and rollback hooks are never applied (docs/safety.md, "Helm delete and rollback
+hooks are not applied").
+
+A chart in Git, rendered by the pinned ``helm template``, applied to a real pool cluster: its
+``pre-delete`` Job (Kyverno's kind, which scales the release to zero at uninstall) and its
+``post-rollback`` ConfigMap are skipped with reason ``helm-hook`` in the pass's results, the
+``run --once`` table, ``/status`` and the diff report, never created and never recorded in the
+inventory; a hook that also names an install phase is applied as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent.cli.diff import diff
+from agent.cli.main import main
+from agent.config.types import DEFAULT_CONFLICT_RULES
+from agent.model import Action, DesiredObject, Outcome, Provenance, SkipReason
+from agent.plan.hooks import deferred_hook
+from agent.plan.planner import PlanOptions, plan
+from tests.agentkit import E2E, make_repo, write_config
+from tests.clusters import ClusterPool, kubectl
+
+CHART = "apiVersion: v2\nname: guard\nversion: 0.1.0\n"
+
+
+def hooked(kind_body: str, name: str, hook: str | None) -> str:
+    annotations = f"  annotations:\n    helm.sh/hook: {hook}\n" if hook else ""
+    return f"metadata:\n  name: {name}\n  namespace: {{{{ .Values.ns }}}}\n{annotations}{kind_body}"
+
+
+def config_map(name: str, hook: str | None) -> str:
+    return "apiVersion: v1\nkind: ConfigMap\n" + hooked("data:\n  k: v\n", name, hook)
+
+
+def job(name: str, hook: str) -> str:
+    spec = (
+        "spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n"
+        "        - name: scale-to-zero\n          image: bitnami/kubectl:1.31\n"
+        "          command: [kubectl, scale, deployment, --all, --replicas=0]\n"
+    )
+    return "apiVersion: batch/v1\nkind: Job\n" + hooked(spec, name, hook)
+
+
+def chart_files(ns: str) -> dict[str, str]:
+    base = "clusters/pool-a/guard"
+    return {
+        "clusters/pool-a/ns.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n",
+        f"{base}/Chart.yaml": CHART,
+        f"{base}/values.yaml": f"ns: {ns}\n",
+        f"{base}/templates/settings.yaml": config_map("settings", None),
+        f"{base}/templates/scale-to-zero.yaml": job("scale-to-zero", "pre-delete"),
+        f"{base}/templates/rolled-back.yaml": config_map("rolled-back", "post-rollback, post-delete"),
+        f"{base}/templates/both.yaml": config_map("both", "pre-install,pre-delete"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("hook", "deferred"),
+    [
+        ("pre-delete", ("pre-delete",)),
+        ("post-delete", ("post-delete",)),
+        ("pre-rollback,post-rollback", ("pre-rollback", "post-rollback")),
+        (" Pre-Delete , post-delete ", ("pre-delete", "post-delete")),
+        ("pre-install,pre-delete", ()),
+        ("post-upgrade,post-rollback", ()),
+        ("pre-install", ()),
+        ("", ()),
+        (None, ()),
+    ],
+)
+def test_helm_delete_hook_only_an_object_naming_delete_or_rollback_phases_alone_is_deferred(
+    hook: str | None, deferred: tuple[str, ...]
+) -> None:
+    annotations = {} if hook is None else {"helm.sh/hook": hook}
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "annotations": annotations},
+    }
+    assert deferred_hook(manifest) == deferred
+
+
+def test_helm_delete_hook_is_planned_as_a_skip_whatever_live_holds_and_a_mixed_hook_is_created() -> None:
+    def obj(name: str, hook: str) -> DesiredObject:
+        meta = {"name": name, "namespace": "ns", "annotations": {"helm.sh/hook": hook}}
+        return DesiredObject(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}, Provenance("c.yaml")
+        )
+
+    deferred, mixed, unlisted = (
+        obj("d", "pre-delete"),
+        obj("m", "pre-install,pre-delete"),
+        obj("u", "post-delete"),
+    )
+    live = {deferred.key: {"metadata": {"name": "d", "resourceVersion": "1"}}, mixed.key: None}
+    changes = plan(
+        "c", "r", [deferred, mixed, unlisted], live, PlanOptions("agent", DEFAULT_CONFLICT_RULES)
+    ).changes
+    assert [(c.action, c.skip) for c in changes] == [
+        (Action.SKIP, SkipReason.HELM_HOOK),
+        (Action.CREATE, None),
+        (Action.SKIP, SkipReason.HELM_HOOK),  # not listed: still a hook, never "live state unknown"
+    ]
+    assert changes[0].body is None and "pre-delete hook" in changes[0].reason
+
+
+@pytest.mark.cluster
+def test_helm_delete_hook_a_charts_pre_delete_job_is_never_applied_nor_tracked_and_says_why(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("hooks")
+    repo = make_repo(tmp_path, chart_files(ns))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pool-a": a}))
+    r = agent.reconcile()["pool-a"]
+    assert r.ok, (r.error, r.results)
+    by_name = {x.key.name: x for x in r.results}
+    for name in ("scale-to-zero", "rolled-back"):
+        assert (by_name[name].outcome, by_name[name].skip) == (Outcome.SKIPPED, SkipReason.HELM_HOOK)
+    assert "pre-delete hook" in by_name["scale-to-zero"].message
+    assert by_name["both"].outcome is Outcome.CREATED and by_name["settings"].outcome is Outcome.CREATED
+
+    # Absent from the cluster, and never a member of the inventory (so never pruned as one).
+    gone = kubectl(a.kubeconfig, "get", "job,configmap", "-n", ns, "-o", "name")
+    assert "job.batch/scale-to-zero" not in gone and "configmap/rolled-back" not in gone
+    assert "configmap/both" in gone and "configmap/settings" in gone
+    members = {k.name for k in agent.tracked()}
+    assert {"both", "settings"} <= members and not members & {"scale-to-zero", "rolled-back"}
+
+    # Where people look: /status, the diff report, the run table.
+    skipped = agent.fleet.status["pool-a"].rows()[0]["skipped"]
+    assert {"object": f"Job.batch/{ns}/scale-to-zero", "skip": "helm-hook"} in [
+        {"object": s["object"], "skip": s["skip"]} for s in skipped
+    ]
+    report = CliRunner().invoke(
+        diff, ["--config", agent.config.file, "--format", "json"], catch_exceptions=False
+    )
+    doc = json.loads(report.stdout)
+    objects = {o["key"]: o for c in doc["clusters"] for app in c["apps"] for o in app["objects"]}
+    entry = objects[f"Job.batch/{ns}/scale-to-zero"]
+    assert (entry["action"], entry["skip"]) == ("skip", "helm-hook") and report.exit_code == 0, report.output
+
+    # Steady: the next pass (`run --once`) applies and deletes nothing, and the hooks stay out.
+    once = CliRunner().invoke(main, ["run", "--once", "--config", agent.config.file], catch_exceptions=False)
+    assert once.exit_code == 0, once.output
+    assert f"  pool-a: Job.batch/{ns}/scale-to-zero: skipped: Helm pre-delete hook" in once.stdout
+    row = next(line.split() for line in once.stdout.splitlines() if line.startswith("pool-a"))
+    assert row[2:7] == ["0", "3", "0", "0", "0"]  # APPLIED UNCHANGED YIELDED PRUNED FAILED
+    after = kubectl(a.kubeconfig, "get", "job,configmap", "-n", ns, "-o", "name")
+    assert "job.batch/scale-to-zero" not in after and "configmap/rolled-back" not in after

@@ -45,7 +45,6 @@ and one with the default namespace are not reported here.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -60,6 +59,7 @@ from agent.config.types import HelmSettings
 from agent.errors import LocalClusterError, RenderError, RenderProblem
 from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
+from agent.render.ignore import IGNORE_FILE, Rule, ignored, parse_ignore
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_json, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
 from agent.render.tools import (
@@ -73,7 +73,6 @@ from agent.render.tools import (
     run_subprocess,
 )
 
-IGNORE_FILE = ".gitops-agent-ignore"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -115,81 +114,6 @@ class RenderSpec:
     #: cluster's version and discovery); ``kube_version`` alone (offline: a target release).
     capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
     kube_version: str = ""
-
-
-# ---------------------------------------------------------------------------
-# Ignore rules
-
-
-@dataclass(frozen=True)
-class _Rule:
-    base: str  # repository-relative directory the rule is anchored at ("" = root)
-    regex: re.Pattern[str]
-    anchored: bool
-    negate: bool
-    dir_only: bool
-
-    def matches(self, rel: str, is_dir: bool) -> bool:
-        if self.dir_only and not is_dir:
-            return False
-        if self.base:
-            if not rel.startswith(self.base + "/"):
-                return False
-            rel = rel[len(self.base) + 1 :]
-        subject = rel if self.anchored else rel.rsplit("/", 1)[-1]
-        return self.regex.fullmatch(subject) is not None
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and (end := pattern.find("]", i + 1)) > i:
-            body = pattern[i + 1 : end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-            i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out))
-
-
-def parse_ignore(text: str, base: str) -> list[_Rule]:
-    """Rules of one ignore file (or exclude list) anchored at repository-relative ``base``."""
-    rules: list[_Rule] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        line = line[1:] if negate else line
-        dir_only = line.endswith("/")
-        line = line.rstrip("/")
-        anchored = "/" in line
-        line = line.lstrip("/")
-        if line:
-            rules.append(_Rule(base, _glob_regex(line), anchored, negate, dir_only))
-    return rules
-
-
-def _ignored(rules: list[_Rule], rel: str, is_dir: bool) -> bool:
-    verdict = False
-    for r in rules:
-        if r.matches(rel, is_dir):
-            verdict = not r.negate
-    return verdict
 
 
 # ---------------------------------------------------------------------------
@@ -274,7 +198,7 @@ class _Render:
             self.problems.append(RenderProblem(self.rel(directory), "helm chart directory has no Chart.yaml"))
         return False
 
-    def walk(self, directory: Path, rules: list[_Rule]) -> None:
+    def walk(self, directory: Path, rules: list[Rule]) -> None:
         if directory in self.visited:
             return  # reached twice through symlinks: its objects would only be duplicates
         self.visited.add(directory)
@@ -294,7 +218,7 @@ class _Render:
             entry = directory / name
             rel = f"{base}/{name}" if base else name
             is_dir = entry.is_dir()
-            if _ignored(rules, rel, is_dir):
+            if ignored(rules, rel, is_dir):
                 continue
             if entry.is_symlink():
                 target = entry.resolve()

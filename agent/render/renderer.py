@@ -8,8 +8,8 @@ problem found -- never a partial set (docs/safety.md rule 2).
 What each configured path (repository-relative) may be:
 
 * a directory with ``kustomization.yaml`` / ``kustomization.yml`` /
-  ``Kustomization``: built with the pinned ``kustomize``; overlays may use
-  bases anywhere inside the repository, never outside it or remote;
+  ``Kustomization``: built by ``agent.render.kustomize`` (the pinned kustomize API in a
+  sandbox); it may read files anywhere inside the repository, never outside it or remote;
 * a directory with ``Chart.yaml``: rendered with the pinned ``helm template``
   (the chart named by ``RenderSpec.helm`` uses its release name, namespace
   and values files; any other chart uses release name = cluster name);
@@ -20,12 +20,10 @@ What each configured path (repository-relative) may be:
   (``.git``, ``.github``) are skipped, other extensions are ignored;
 * a single manifest file.
 
-Exclusions, gitignore-like: a ``.gitops-agent-ignore`` file in any walked
-directory holds one glob per line (``#`` comments, ``!`` re-includes, a
-trailing ``/`` matches directories only, a pattern containing ``/`` is
-anchored to that file's directory, otherwise it matches a name at any depth,
-``**`` spans directories). ``RenderSpec.exclude`` takes the same globs,
-anchored at the repository root.
+Exclusions, gitignore-like (``agent.render.ignore``): ``.gitops-agent-ignore`` files
+and ``RenderSpec.exclude``.
+
+Every child (kustomize, helm, sops) runs with a memory limit (``agent.render.limits``).
 
 Variables: ``${VAR}`` in plain manifests and in kustomize output (see
 ``agent.render.substitute``); Helm output is not substituted (charts take values and
@@ -55,23 +53,16 @@ from typing import Any
 
 import yaml
 
-from agent.config.types import HelmSettings
+from agent.config.types import DEFAULT_RENDER_MEMORY, HelmSettings
 from agent.errors import LocalClusterError, RenderError, RenderProblem
 from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
 from agent.render.ignore import IGNORE_FILE, Rule, ignored, parse_ignore
+from agent.render.kustomize import Graph, check_kustomization, kustomization_file, kustomize_build
+from agent.render.limits import MemoryFailures, bounded_runner
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_json, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
-from agent.render.tools import (
-    Runner,
-    check_chart,
-    check_kustomization,
-    helm_sections,
-    helm_template,
-    kustomization_file,
-    kustomize_build,
-    run_subprocess,
-)
+from agent.render.tools import Runner, check_chart, helm_sections, helm_template
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -100,8 +91,9 @@ class RenderSpec:
     exclude: tuple[str, ...] = ()
     #: The cluster's Helm chart settings, if any.
     helm: HelmSettings | None = None
-    #: Seconds allowed for each kustomize/helm run.
+    #: Seconds allowed for each kustomize/helm run; bytes of memory for each (``RLIMIT_DATA``).
     timeout: float = 60.0
+    memory: int = DEFAULT_RENDER_MEMORY
     #: Largest stdout of one tool run, and largest total of plain files read.
     max_output_bytes: int = 64 * 1024 * 1024
     #: Largest single manifest file.
@@ -277,22 +269,24 @@ class _Render:
 
     def kustomize(self, directory: Path) -> None:
         rel = self.rel(directory)
-        graph: set[Path] = set()
+        graph = Graph()
         problems = check_kustomization(directory, self.tree, graph)
         if problems:
             self.problems.extend(problems)
             return
         kfile = kustomization_file(directory)
         assert kfile is not None
-        binary = self.binary("kustomize", rel)
+        binary = self.binary("krender", rel)
         if binary is None:
             return
         out = kustomize_build(
             binary,
             directory,
             self.tree,
+            graph,
             timeout=self.spec.timeout,
             max_output=self.spec.max_output_bytes,
+            max_file=self.spec.max_file_bytes,
             runner=self.runner,
         )
         if out.problems:
@@ -301,7 +295,7 @@ class _Render:
         origin = Origin(self.rel(kfile), label=f"{rel} (kustomize build output)", provenance_lines=False)
         docs, problems = parse_yaml(out.text, origin, self.spec.vars)
         if not problems:
-            docs = self.sops.output_docs(docs, origin, sorted(graph))
+            docs = self.sops.output_docs(docs, origin, graph.roots())
         self.add(docs, problems, origin)
 
     def helm(self, chart: Path) -> None:
@@ -391,7 +385,7 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     capabilities provider, charts are rendered once without it first: a render that fails
     never asks the cluster anything (docs/safety.md rule 2), and one without charts never does.
     """
-    runner = runner or run_subprocess
+    runner = runner or bounded_runner(spec.memory)
     job = _job(tree, replace(spec, capabilities=None) if spec.capabilities else spec, runner)
     if spec.capabilities is not None and job.helm_ran:
         job = _job(tree, spec, runner)
@@ -455,8 +449,8 @@ class RenderCache:
     Bounded for a daemon that sees many commits: at most ``revisions_per_spec``
     renders (least recently used first out) per spec, and ``max_entries`` in
     all. Errors are not kept (a missing binary may be fixed without a new
-    commit). Thread-safe; ``render`` computes a missing entry once even when
-    several clusters ask for it at the same time.
+    commit), except a child stopped at ``render_memory``: rendering that revision
+    again would only be stopped again. Thread-safe; a missing entry is computed once.
     """
 
     DEFAULT_ENTRIES = 64
@@ -469,6 +463,7 @@ class RenderCache:
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._flights: dict[tuple[Any, ...], threading.Lock] = {}
+        self.memory_failures = MemoryFailures()
 
     @staticmethod
     def spec_key(spec: RenderSpec) -> tuple[Any, ...]:
@@ -480,6 +475,7 @@ class RenderCache:
             spec.helm,
             spec.max_file_bytes,
             spec.max_output_bytes,
+            spec.memory,
             # The keys decide whether a render succeeds: a cluster without them never gets
             # another's decrypted render. A fingerprint, so the cache key holds no key.
             spec.keys.fingerprint if spec.keys is not None else None,
@@ -548,8 +544,14 @@ class RenderCache:
             flight = self._flights.setdefault(flight_key, threading.Lock())
         with flight:  # others asking for the same render wait for it instead of rendering too
             found = self.get(revision, spec)
+            if found is None and (failed := self.memory_failures.get(flight_key)) is not None:
+                raise failed
             if found is None:
-                found = render(tree, spec, revision=revision, runner=runner)
+                try:
+                    found = render(tree, spec, revision=revision, runner=runner)
+                except RenderError as e:
+                    self.memory_failures.remember(flight_key, e)
+                    raise
                 self.put(revision, spec, found)
         with self._lock:
             if not flight.locked():

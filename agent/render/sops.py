@@ -36,7 +36,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from agent.errors import LocalClusterError, RenderProblem
 from agent.model import DECRYPTED_FIELDS, DecryptFault, EncryptedSource
 from agent.render.binaries import tool
 from agent.render.manifests import Document, Origin, parse_json, parse_yaml
-from agent.render.tools import Runner, sandbox_env
+from agent.render.tools import Runner, memory_problem, sandbox_env
 
 SOPS_KEY = "sops"
 #: How sops writes an encrypted value (AES-GCM is its only cipher).
@@ -427,6 +427,8 @@ class Sops:
                 return None
         if res.timed_out:
             self._problem(file, DecryptFault.TOOL, f"sops decrypt timed out after {self.timeout:g}s")
+        elif res.out_of_memory:
+            self.problems.append(replace(memory_problem(file, "sops decrypt", res), fault=DecryptFault.TOOL))
         elif res.truncated:
             self._problem(file, DecryptFault.TOOL, f"decrypts to more than {self.max_output} bytes")
         elif res.returncode != 0:

@@ -1,0 +1,382 @@
+"""The render sandbox (docs/safety.md, threat model): a render has a bounded memory, no network,
+and reads nothing but the checkout -- whatever a commit puts in a kustomization or a chart."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.errors import RenderError, RenderLimit
+from agent.render.binaries import tool
+from agent.render.kustomize import Graph, check_kustomization, kustomize_build
+from agent.render.limits import ChildBudget, bounded_runner
+from agent.render.renderer import RenderCache, RenderSpec, render
+from agent.render.tools import RunResult, run_subprocess
+
+MiB = 1 << 20
+LIMIT = 512 * MiB
+#: Each level holds nine of the one before: the last expands to 9**9 strings.
+ALIAS_BOMB = "\n".join(
+    [
+        "apiVersion: v1",
+        "kind: ConfigMap",
+        "metadata: {name: bomb}",
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+        *(
+            f"{n}: &{n} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]"
+            for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+        "data: {x: *i}",
+        "",
+    ]
+)
+SECRET = "agent-status-token-9f1c"
+
+
+class Spy:
+    """The real bounded runner, keeping what each child did."""
+
+    def __init__(self, memory: int = LIMIT) -> None:
+        self.inner = bounded_runner(memory)
+        self.results: list[RunResult] = []
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        max_output: int,
+        stdin: bytes | None = None,
+    ) -> RunResult:
+        res = self.inner(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, stdin=stdin)
+        self.results.append(res)
+        return res
+
+
+class SecretServer:
+    """A loopback HTTP service that answers every GET with a secret and counts what reached it."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append(self.path)
+                body = f"token: {SECRET}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def secret_server() -> Iterator[SecretServer]:
+    server = SecretServer()
+    yield server
+    server.close()
+
+
+def write(root: Path, files: Mapping[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+
+def test_the_subprocess_runner_stops_a_child_at_its_memory_limit_and_says_so(tmp_path: Path) -> None:
+    hog = "b = bytearray(1 << 30); print(len(b))"
+    res = run_subprocess(
+        [sys.executable, "-c", hog], cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=256 * MiB
+    )
+    assert res.out_of_memory and res.returncode != 0
+    assert 0 < res.peak_rss <= 256 * MiB
+    # The same child without a limit is not out of memory: the flag is the limit's, not the program's.
+    small = run_subprocess(
+        [sys.executable, "-c", "print(1)"], cwd=tmp_path, env={}, timeout=30, max_output=1024
+    )
+    assert not small.out_of_memory and small.peak_rss > 0
+
+
+def test_a_yaml_alias_bomb_through_a_kustomization_fails_the_render_within_the_memory_limit(
+    tmp_path: Path,
+) -> None:
+    tool("krender")
+    write(tmp_path, {"app/kustomization.yaml": "resources:\n  - bomb.yaml\n", "app/bomb.yaml": ALIAS_BOMB})
+    spy = Spy()
+    with pytest.raises(RenderError) as caught:
+        render(tmp_path, RenderSpec("c", ("app",)), runner=spy)
+    ((problem,),) = [caught.value.problems]
+    assert problem.limit is RenderLimit.MEMORY and problem.file == "app"
+    assert "kustomize build app ran out of memory at the render limit (render_memory)" in problem.message
+    (res,) = spy.results
+    print(f"alias bomb: peak {res.peak_rss / MiB:.0f} MiB under a limit of {LIMIT / MiB:.0f} MiB")
+    assert 0 < res.peak_rss <= LIMIT
+
+
+def test_a_helm_template_with_repeat_fails_the_render_within_the_memory_limit(tmp_path: Path) -> None:
+    tool("helm")
+    write(
+        tmp_path,
+        {
+            "chart/Chart.yaml": "apiVersion: v2\nname: big\nversion: 0.1.0\n",
+            "chart/templates/cm.yaml": (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\n"
+                'data:\n  x: {{ repeat 900000000 "a" | quote }}\n'
+            ),
+        },
+    )
+    spy = Spy()
+    with pytest.raises(RenderError) as caught:
+        render(tmp_path, RenderSpec("c", ("chart",)), runner=spy)
+    (problem,) = caught.value.problems
+    assert problem.limit is RenderLimit.MEMORY and problem.file == "chart/Chart.yaml"
+    (res,) = spy.results
+    print(f"helm repeat: peak {res.peak_rss / MiB:.0f} MiB under a limit of {LIMIT / MiB:.0f} MiB")
+    assert 0 < res.peak_rss <= LIMIT
+
+
+def test_a_revision_that_ran_out_of_memory_is_not_rendered_again_but_other_errors_are(tmp_path: Path) -> None:
+    tool("krender")
+    write(tmp_path, {"app/kustomization.yaml": "resources:\n  - bomb.yaml\n", "app/bomb.yaml": ALIAS_BOMB})
+    write(tmp_path, {"broken/kustomization.yaml": "resources:\n  - missing-in-output.yaml\n"})
+    write(tmp_path, {"broken/missing-in-output.yaml": "kind: [\n"})
+    cache, spy = RenderCache(), Spy()
+    for _ in range(2):
+        with pytest.raises(RenderError, match="ran out of memory"):
+            cache.render(tmp_path, RenderSpec("c", ("app",)), revision="r1", runner=spy)
+    assert len(spy.results) == 1
+    for _ in range(2):
+        with pytest.raises(RenderError) as caught:
+            cache.render(tmp_path, RenderSpec("c", ("broken",)), revision="r1", runner=spy)
+        assert all(p.limit is None for p in caught.value.problems)
+    assert len(spy.results) == 3
+
+
+def test_render_children_wait_while_their_limits_and_the_agent_would_pass_the_container_limit() -> None:
+    budget = ChildBudget(limit=1000, rss=lambda: 300)
+    first_in, second_in, release = threading.Event(), threading.Event(), threading.Event()
+
+    def child(started: threading.Event) -> None:
+        with budget.hold(600):
+            started.set()
+            release.wait()
+
+    threads = [threading.Thread(target=child, args=(e,)) for e in (first_in, second_in)]
+    threads[0].start()
+    assert first_in.wait(10)
+    threads[1].start()
+    # 300 (agent) + 600 + 600 > 1000: the second waits; alone, one child always runs.
+    assert not second_in.wait(0.3)
+    release.set()
+    assert second_in.wait(10)
+    for t in threads:
+        t.join()
+
+
+# -- network ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "resources:\n  - {url}/status\n",
+        "configMapGenerator:\n  - name: leak\n    files:\n      - {url}/status\n",
+        "configMapGenerator:\n  - name: leak\n    files:\n      - token={url}/status\n",
+        "configMapGenerator:\n  - name: leak\n    envs:\n      - {url}/status\n",
+        "secretGenerator:\n  - name: leak\n    env: {url}/status\n",
+        "patchesStrategicMerge:\n  - {url}/status\n",
+        "patches:\n  - path: {url}/status\n",
+        "patchesJson6902:\n  - path: {url}/status\n    target: {{kind: ConfigMap, name: x}}\n",
+        "replacements:\n  - path: {url}/status\n",
+        "openapi:\n  path: {url}/status\n",
+        "configurations:\n  - {url}/status\n",
+        "crds:\n  - {url}/status\n",
+        "transformers:\n  - {url}/status\n",
+        "generators:\n  - {url}/status\n",
+        "validators:\n  - {url}/status\n",
+        "components:\n  - {url}/status\n",
+    ],
+)
+def test_every_kustomization_field_naming_a_url_is_refused_before_kustomize_runs(
+    tmp_path: Path, secret_server: SecretServer, field: str
+) -> None:
+    write(tmp_path, {"app/kustomization.yaml": field.format(url=secret_server.url)})
+    with pytest.raises(RenderError) as caught:
+        render(tmp_path, RenderSpec("c", ("app",)))
+    (problem,) = caught.value.problems
+    assert "remote reference" in problem.message and "is refused" in problem.message
+    assert problem.file == "app/kustomization.yaml" and problem.line is not None
+    assert secret_server.requests == []
+
+
+@pytest.mark.parametrize(
+    "kustomization",
+    [
+        "configMapGenerator:\n  - name: leak\n    files:\n      - {url}/status\n",
+        "resources:\n  - {url}/status\n",
+        "resources:\n  - {url}/repo.git//app?ref=main\n",
+    ],
+)
+def test_the_kustomize_sandbox_itself_sends_no_request_to_a_loopback_service(
+    tmp_path: Path, secret_server: SecretServer, kustomization: str
+) -> None:
+    """Second wall: krender run without the field check (as if a kustomize release added a field)."""
+    app = write(tmp_path, {"app/kustomization.yaml": kustomization.format(url=secret_server.url)}) / "app"
+    graph = Graph(mounted_dirs={app})
+    out = kustomize_build(
+        tool("krender"), app, tmp_path, graph, timeout=30, max_output=MiB, max_file=MiB, runner=run_subprocess
+    )
+    (problem,) = out.problems
+    assert "failed (exit 1)" in problem.message and SECRET not in problem.message and out.text == ""
+    assert secret_server.requests == []
+
+
+# -- the checkout, and nothing else -------------------------------------------------------------
+
+
+def test_kustomize_reads_files_anywhere_in_the_checkout(tmp_path: Path) -> None:
+    tool("krender")
+    write(
+        tmp_path,
+        {
+            "dashboards/x.json": '{"panels": []}\n',
+            "base/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n",
+            "apps/web/kustomization.yaml": (
+                "resources:\n  - ../../base/cm.yaml\n"
+                "configMapGenerator:\n  - name: dashboards\n    files:\n      - ../../dashboards/x.json\n"
+                "generatorOptions:\n  disableNameSuffixHash: true\n"
+            ),
+        },
+    )
+    objects = {o.key.name: o.manifest for o in render(tmp_path, RenderSpec("c", ("apps/web",))).objects}
+    assert objects["dashboards"]["data"] == {"x.json": '{"panels": []}\n'}
+    assert set(objects) == {"dashboards", "shared"}
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "resources:\n  - ../../outside.yaml\n",
+        "configMapGenerator:\n  - name: leak\n    files:\n      - ../../outside.yaml\n",
+        "configMapGenerator:\n  - name: leak\n    files:\n      - k=/etc/passwd\n",
+        "secretGenerator:\n  - name: leak\n    envs:\n      - ../../outside.yaml\n",
+        "patches:\n  - path: ../../outside.yaml\n",
+        "openapi:\n  path: /etc/passwd\n",
+        "replacements:\n  - path: ../../outside.yaml\n",
+    ],
+)
+def test_a_path_leaving_the_checkout_is_refused_with_its_line(tmp_path: Path, field: str) -> None:
+    (tmp_path / "outside.yaml").write_text(f"token: {SECRET}\n")
+    repo = write(tmp_path / "repo", {"app/kustomization.yaml": "# an app\n" + field})
+    with pytest.raises(RenderError) as caught:
+        render(repo, RenderSpec("c", ("app",)))
+    (problem,) = caught.value.problems
+    assert "leaves the repository" in problem.message and SECRET not in str(caught.value)
+    assert (problem.file, problem.line) == ("app/kustomization.yaml", 1 + field.count("\n"))
+
+
+def test_the_kustomize_sandbox_cannot_read_a_file_outside_the_checkout_even_when_asked(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "outside.txt").write_text(SECRET)
+    repo = tmp_path / "repo"
+    generator = "configMapGenerator:\n  - name: leak\n    files:\n      - ../../outside.txt\n"
+    app = write(repo, {"app/kustomization.yaml": generator}) / "app"
+    graph = Graph(mounted_dirs={app}, mounted_files={tmp_path / "outside.txt"})
+    out = kustomize_build(
+        tool("krender"), app, repo, graph, timeout=30, max_output=MiB, max_file=MiB, runner=run_subprocess
+    )
+    (problem,) = out.problems
+    assert "failed (exit 1)" in problem.message and SECRET not in problem.message and out.text == ""
+
+
+def test_the_check_records_what_the_build_may_read(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "base/kustomization.yaml": "resources:\n  - cm.yaml\n",
+            "base/cm.yaml": "kind: ConfigMap\n",
+            "env/app.env": "A=1\n",
+            "app/kustomization.yaml": (
+                "resources:\n  - ../base\n"
+                "configMapGenerator:\n  - name: e\n    envs:\n      - ../env/app.env\n"
+            ),
+        },
+    )
+    graph = Graph()
+    assert check_kustomization(tmp_path / "app", tmp_path, graph) == []
+    assert graph.mounted_dirs == {tmp_path / "app", tmp_path / "base"}
+    assert graph.mounted_files == {tmp_path / "base" / "cm.yaml", tmp_path / "env" / "app.env"}
+
+
+# -- the same output as kustomize -----------------------------------------------------------------
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+
+
+def kube_prometheus(tmp_path: Path) -> Path:
+    """kube-prometheus's manifests with a kustomization over them (it ships none)."""
+    app = tmp_path / "kube-prometheus"
+    app.mkdir()
+    names = sorted(p.name for p in (CORPUS / "kube-prometheus").glob("*.yaml"))
+    for name in names:
+        (app / name).write_bytes((CORPUS / "kube-prometheus" / name).read_bytes())
+    listed = "".join(f"  - {n}\n" for n in names)
+    (app / "kustomization.yaml").write_text(
+        f"labels:\n  - pairs: {{team: observability}}\ncommonAnnotations:\n  owner: sre\nresources:\n{listed}"
+    )
+    return app
+
+
+@pytest.mark.parametrize("case", ["opentelemetry-operator/default", "kube-prometheus"])
+def test_the_kustomize_sandbox_prints_exactly_what_kustomize_build_prints(tmp_path: Path, case: str) -> None:
+    if case == "kube-prometheus":
+        tree, directory = tmp_path, kube_prometheus(tmp_path)
+    else:
+        tree, directory = CORPUS, CORPUS / case
+    graph = Graph()
+    assert check_kustomization(directory, tree, graph) == []
+    ours = kustomize_build(
+        tool("krender"),
+        directory,
+        tree,
+        graph,
+        timeout=120,
+        max_output=64 * MiB,
+        max_file=16 * MiB,
+        runner=run_subprocess,
+    )
+    theirs = run_subprocess(
+        [str(tool("kustomize")), "build", str(directory)],
+        cwd=directory,
+        env={},
+        timeout=120,
+        max_output=64 * MiB,
+    )
+    assert ours.problems == () and theirs.returncode == 0, theirs.stderr
+    assert ours.text.count("\nkind: ") > 10
+    assert ours.text.encode() == theirs.stdout

@@ -380,3 +380,56 @@ def test_the_kustomize_sandbox_prints_exactly_what_kustomize_build_prints(tmp_pa
     assert ours.problems == () and theirs.returncode == 0, theirs.stderr
     assert ours.text.count("\nkind: ") > 10
     assert ours.text.encode() == theirs.stdout
+
+
+# -- the agent's own annotation -------------------------------------------------------------------
+
+FORGED = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  annotations:
+    gitops-agent.io/decrypted-fields: '["/spec/template/spec/containers/0/image"]'
+spec:
+  template:
+    spec:
+      containers:
+        - name: web
+          image: evil/miner
+"""
+
+
+@pytest.mark.parametrize(
+    ("files", "path", "where"),
+    [
+        (
+            {"app/web.yaml": "kind: Namespace\napiVersion: v1\nmetadata: {name: a}\n---\n" + FORGED},
+            "app",
+            ("app/web.yaml", 5),
+        ),
+        (
+            {
+                "app/list.yaml": "apiVersion: v1\nkind: List\nitems:\n"
+                + "".join(
+                    f"  {ln}\n" if ln else "\n" for ln in ("- " + FORGED.replace("\n", "\n  ")).splitlines()
+                )
+            },
+            "app",
+            ("app/list.yaml", 1),
+        ),
+        (
+            {"app/kustomization.yaml": "resources:\n  - web.yaml\n", "app/web.yaml": FORGED},
+            "app",
+            ("app (kustomize build output)", 1),
+        ),
+    ],
+)
+def test_the_decrypted_fields_annotation_written_in_git_fails_the_render(
+    tmp_path: Path, files: dict[str, str], path: str, where: tuple[str, int]
+) -> None:
+    write(tmp_path, files)
+    with pytest.raises(RenderError) as caught:
+        render(tmp_path, RenderSpec("c", (path,)))
+    (problem,) = caught.value.problems
+    assert "gitops-agent.io/decrypted-fields, which only the agent writes" in problem.message
+    assert (problem.file, problem.line) == where

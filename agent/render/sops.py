@@ -200,6 +200,7 @@ class Sops:
 
     def file_docs(self, raw: bytes, docs: list[Document], origin: Origin, kind: str) -> list[Document]:
         """A plain file's documents, decrypted; [] (and a problem) when it does not decrypt."""
+        docs = self._without_forged_marks(docs, origin)
         metas = [d.value[SOPS_KEY] for d in docs if encrypted(d.value)]
         if not metas:
             return docs
@@ -223,13 +224,33 @@ class Sops:
                 out.append(Document(obj, d.index, d.line))
         return out
 
+    def _without_forged_marks(self, docs: list[Document], origin: Origin) -> list[Document]:
+        """``docs`` but those that bring ``decrypted-fields`` from Git (each one a problem).
+
+        The agent owns the annotation: it masks what it lists in every report, so a value
+        written in Git would hide any field (an image change) from every diff.
+        """
+        kept = []
+        for d in docs:
+            if any(_marked(o) for o in _objects(d.value)):
+                self.problems.append(
+                    origin.problem(
+                        f"sets the annotation {DECRYPTED_FIELDS}, which only the agent writes (it marks "
+                        "the values it decrypted, to mask them): remove it from Git",
+                        d.line,
+                    )
+                )
+            else:
+                kept.append(d)
+        return kept
+
     # -- tool output ----------------------------------------------------------------
 
     def output_docs(self, docs: list[Document], origin: Origin, roots: Iterable[Path]) -> list[Document]:
         """Kustomize/helm output: ciphertext replaced from the files under ``roots`` it came from."""
         roots = list(roots)
         out: list[Document] = []
-        for d in docs:
+        for d in self._without_forged_marks(docs, origin):
             value = d.value
             if encrypted(value):
                 value = self._output_object(value, origin.locate(d.line)[0], roots)
@@ -491,6 +512,22 @@ class Sops:
 
     def _problem(self, file: str, fault: DecryptFault, message: str) -> None:
         self.problems.append(RenderProblem(file, message, fault=fault))
+
+
+def _objects(value: Any) -> list[Any]:
+    """``value`` and, for a ``List`` kind, its items (each becomes an object)."""
+    items = (
+        value.get("items")
+        if isinstance(value, dict) and str(value.get("kind", "")).endswith("List")
+        else None
+    )
+    return [value, *items] if isinstance(items, list) else [value]
+
+
+def _marked(value: Any) -> bool:
+    meta = value.get("metadata") if isinstance(value, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return isinstance(annotations, dict) and DECRYPTED_FIELDS in annotations
 
 
 def _describe(value: dict[str, Any]) -> str:

@@ -10,13 +10,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.errors import RenderError, RenderLimit
+from agent.model import DecryptFault
 from agent.render.binaries import tool
 from agent.render.kustomize import Graph, check_kustomization, kustomize_build
 from agent.render.limits import ChildBudget, bounded_runner
 from agent.render.renderer import RenderCache, RenderSpec, render
+from agent.render.sops import AgeKeys, foreign_key_services
 from agent.render.tools import RunResult, run_subprocess
+from tests.sopskit import age_key, encrypt
 
 MiB = 1 << 20
 LIMIT = 512 * MiB
@@ -69,12 +73,14 @@ class SecretServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                outer.requests.append(self.path)
-                body = f"token: {SECRET}\n".encode()
+                outer.requests.append(f"{self.command} {self.path}")
+                body = f'{{"token": "{SECRET}", "data": {{"plaintext": "{SECRET}"}}}}\n'.encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            do_POST = do_PUT = do_GET
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
@@ -433,3 +439,59 @@ def test_the_decrypted_fields_annotation_written_in_git_fails_the_render(
     (problem,) = caught.value.problems
     assert "gitops-agent.io/decrypted-fields, which only the agent writes" in problem.message
     assert (problem.file, problem.line) == where
+
+
+# -- sops: age only ---------------------------------------------------------------------------------
+
+SECRET_YAML = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: hunter2\n"
+
+
+def with_vault(encrypted: str, address: str, *, in_group: bool) -> str:
+    """``encrypted`` with a Vault master key added to its metadata, as a hostile commit could."""
+    doc = yaml.safe_load(encrypted)
+    vault = [
+        {
+            "vault_address": address,
+            "engine_path": "sops",
+            "key_name": "k",
+            "created_at": "2026-01-01T00:00:00Z",
+            "enc": "vault:v1:AAAA",
+        }
+    ]
+    if in_group:
+        doc["sops"]["key_groups"] = [{"age": doc["sops"].pop("age"), "hc_vault": vault}]
+    else:
+        doc["sops"]["hc_vault"] = vault
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+@pytest.mark.parametrize("in_group", [False, True])
+def test_sops_reaches_no_key_service_but_age_even_when_a_file_names_a_loopback_vault(
+    tmp_path: Path, secret_server: SecretServer, in_group: bool
+) -> None:
+    tool("sops")
+    owner, app_key = age_key(), age_key()  # the app's key does not open the file: sops would try on
+    text = with_vault(encrypt(SECRET_YAML, owner.recipient), secret_server.url, in_group=in_group)
+    write(tmp_path, {"app/secret.yaml": text})
+    keys = AgeKeys(app_key.identity + "\n", ("test key",))
+    with pytest.raises(RenderError) as caught:
+        render(tmp_path, RenderSpec("c", ("app",), keys=keys))
+    (problem,) = caught.value.problems
+    assert problem.fault is DecryptFault.KEY_SERVICE and problem.file == "app/secret.yaml"
+    assert "names key services other than age (hc_vault)" in problem.message
+    assert secret_server.requests == []
+
+
+def test_the_key_services_of_a_dotenv_file_are_read_from_its_flattened_metadata() -> None:
+    flat = (
+        "A=ENC[x]\nsops_age__list_0__map_recipient=age1x\n"
+        "sops_hc_vault__list_0__map_vault_address=http://127.0.0.1:1\n"
+    )
+    grouped = (
+        "sops_key_groups__list_0__map_kms__list_0__map_arn=arn\n"
+        "sops_key_groups__list_0__map_age__list_0__map_recipient=a\n"
+    )
+    assert foreign_key_services(flat, None) == ["hc_vault"]
+    assert foreign_key_services(grouped, None) == ["kms"]
+    assert foreign_key_services("sops_age__list_0__map_recipient=age1x\nsops_mac=m\n", None) == []
+    assert foreign_key_services(None, {"age": [{"recipient": "a"}], "pgp": [], "mac": "m"}) == []

@@ -422,6 +422,16 @@ class Sops:
         """``sops decrypt`` of ``raw`` from stdin to stdout; ``None`` (and a problem) on failure."""
         if self.mode is SopsMode.SEAL:
             return None
+        foreign = foreign_key_services(raw.decode("utf-8", "replace") if kind == "dotenv" else None, meta)
+        if foreign:
+            self._problem(
+                file,
+                DecryptFault.KEY_SERVICE,
+                f"names key services other than age ({', '.join(foreign)}): a render decrypts with "
+                "the app's age identities only and reaches no network; remove them "
+                "(sops updatekeys with an age-only .sops.yaml rule)",
+            )
+            return None
         if self.keys is None:
             self._problem(
                 file,
@@ -512,6 +522,28 @@ class Sops:
 
     def _problem(self, file: str, fault: DecryptFault, message: str) -> None:
         self.problems.append(RenderProblem(file, message, fault=fault))
+
+
+def foreign_key_services(dotenv: str | None, meta: Any) -> list[str]:
+    """The key types other than age that a file's metadata names (sops would call each one).
+
+    Master keys are the metadata's non-empty lists (``kms``, ``hc_vault``, ``pgp``...), at the top
+    or in ``key_groups``; a dotenv file flattens them as ``sops_<type>__list_<i>__...``.
+    """
+    found: set[str] = set()
+    if dotenv is not None:
+        for key in _dotenv(dotenv):
+            parts = key.removeprefix(DOTENV_PREFIX).split("__") if key.startswith(DOTENV_PREFIX) else []
+            if len(parts) > 3 and parts[0] == "key_groups" and parts[3].startswith("list_"):
+                found.add(parts[2].removeprefix("map_"))
+            elif len(parts) > 1 and parts[1].startswith("list_") and parts[0] != "key_groups":
+                found.add(parts[0])
+    elif isinstance(meta, dict):
+        groups = meta.get("key_groups")
+        for group in [meta, *(groups if isinstance(groups, list) else [])]:
+            if isinstance(group, dict):
+                found |= {k for k, v in group.items() if k != "key_groups" and isinstance(v, list) and v}
+    return sorted(found - {"age"})
 
 
 def _objects(value: Any) -> list[Any]:

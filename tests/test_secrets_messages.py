@@ -1,0 +1,63 @@
+"""Secrets stay secret in the server's words too (docs/safety.md rule 11, issue 41.5): a server
+error that quotes a value decrypted from Git is printed masked by ``run --once`` and
+``sync --local``, on a real API server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.agentkit import E2E, make_repo
+from tests.appkit import toml_value, write_apps_config
+from tests.clusters import ClusterPool
+from tests.sopskit import age_key, encrypt
+
+pytestmark = pytest.mark.cluster
+
+#: Not a DNS name: the server refuses it and quotes it (``spec.externalName: Invalid value: "..."``).
+VALUE = "Hunter2 Secret!"
+
+
+def service(ns: str) -> str:
+    return (
+        f"apiVersion: v1\nkind: Service\nmetadata:\n  name: db\n  namespace: {ns}\n"
+        f"spec:\n  type: ExternalName\n  externalName: {VALUE}\n"
+    )
+
+
+@pytest.mark.parametrize("command", [("run", "--once"), ("sync", "--local", "--cluster", "pool-a")])
+def test_secret_stays_secret_a_server_error_quoting_a_decrypted_value_is_printed_masked(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, command: tuple[str, ...]
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("sopsmsg")
+    key = age_key()
+    keyfile = tmp_path / "agekey"
+    keyfile.write_text(key.identity + "\n")
+    sealed = encrypt(service(ns), key.recipient, encrypted_regex="^externalName$")
+    assert VALUE not in sealed
+    repo = make_repo(
+        tmp_path,
+        {
+            "app/ns.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n",
+            "app/db.yaml": sealed,
+        },
+    )
+    cfg = write_apps_config(tmp_path, repo, a, [{"name": "db", "path": "app"}])
+    decryption = f"\n[apps.decryption]\nage_key_file = {toml_value(str(keyfile))}\n"
+    file = Path(cfg.file)
+    file.write_text(file.read_text() + decryption)
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", *command, "--config", str(file)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    failed = [line for line in out.stdout.splitlines() if "Service/" in line]
+    assert failed and "HTTP 422" in failed[0] and 'Invalid value: "***"' in failed[0], out.stdout
+    assert VALUE not in out.stdout and VALUE not in out.stderr

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from agent.render.limits import ChildBudget, bounded_runner
 from agent.render.renderer import RenderCache, RenderSpec, render
 from agent.render.sops import AgeKeys, foreign_key_services
 from agent.render.tools import RunResult, run_subprocess
+from tests.leakkit import SECRET, SecretServer
 from tests.sopskit import age_key, encrypt
 
 MiB = 1 << 20
@@ -39,7 +39,6 @@ ALIAS_BOMB = "\n".join(
         "",
     ]
 )
-SECRET = "agent-status-token-9f1c"
 
 
 class Spy:
@@ -62,38 +61,6 @@ class Spy:
         res = self.inner(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, stdin=stdin)
         self.results.append(res)
         return res
-
-
-class SecretServer:
-    """A loopback HTTP service that answers every GET with a secret and counts what reached it."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                outer.requests.append(f"{self.command} {self.path}")
-                body = f'{{"token": "{SECRET}", "data": {{"plaintext": "{SECRET}"}}}}\n'.encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_POST = do_PUT = do_GET
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""Secrets stay secret in the server's words too (docs/safety.md rule 11, issue 41.5): a server
-error that quotes a value decrypted from Git is printed masked by ``run --once`` and
-``sync --local``, on a real API server."""
+"""Secrets stay secret on real API servers (docs/safety.md rule 11 and the threat model): a
+server error that quotes a value decrypted from Git is printed masked by ``run --once`` and
+``sync --local``; a loopback service a kustomization names reaches no report and no cluster."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from tests.agentkit import E2E, make_repo
 from tests.appkit import toml_value, write_apps_config
-from tests.clusters import ClusterPool
+from tests.clusters import ClusterPool, kubectl
+from tests.leakkit import SECRET, SecretServer
 from tests.sopskit import age_key, encrypt
 
 pytestmark = pytest.mark.cluster
@@ -61,3 +62,43 @@ def test_secret_stays_secret_a_server_error_quoting_a_decrypted_value_is_printed
     failed = [line for line in out.stdout.splitlines() if "Service/" in line]
     assert failed and "HTTP 422" in failed[0] and 'Invalid value: "***"' in failed[0], out.stdout
     assert VALUE not in out.stdout and VALUE not in out.stderr
+
+
+def test_secret_stays_secret_a_loopback_service_named_in_a_kustomization_reaches_no_report_nor_cluster(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    """A configMapGenerator reading the agent's own ``/status`` (or any loopback service)."""
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("loopback")
+    server = SecretServer()
+    e2e.at_end(server.close)
+    base = {"app/ns.yaml": f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"}
+    repo = make_repo(tmp_path, {**base, "app/kustomization.yaml": "resources:\n  - ns.yaml\n"})
+    base_sha = repo.commit({**base, "app/kustomization.yaml": "resources:\n  - ns.yaml\n"}, "base")
+    leak = (
+        f"namespace: {ns}\nresources:\n  - ns.yaml\n"
+        f"configMapGenerator:\n  - name: leak\n    files:\n      - status={server.url}/status\n"
+    )
+    head = repo.commit({**base, "app/kustomization.yaml": leak}, "read a loopback service")
+    cfg = write_apps_config(tmp_path, repo, a, [{"name": "web", "path": "app"}])
+    cli = [sys.executable, "-m", "agent.cli"]
+    diff = subprocess.run(
+        [*cli, "diff", "--offline", "--repo", str(repo.path), "--base", base_sha, "--head", head],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    run = subprocess.run(
+        [*cli, "run", "--once", "--config", str(cfg.file)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert run.returncode == 1 and "remote reference" in run.stdout + run.stderr, run.stdout + run.stderr
+    for out in (diff, run):
+        assert SECRET not in out.stdout + out.stderr
+    assert server.requests == []
+    live = kubectl(a.kubeconfig, "get", "configmaps", "-n", ns, "-o", "name", check=False)
+    assert "leak" not in live

@@ -6,11 +6,13 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from agent.config.types import HelmSettings
 from agent.errors import RenderError, RenderLimit
 from agent.model import DecryptFault
 from agent.render.binaries import tool
@@ -132,6 +134,33 @@ def test_a_helm_template_with_repeat_fails_the_render_within_the_memory_limit(tm
     assert 0 < res.peak_rss <= LIMIT
 
 
+@pytest.mark.parametrize(
+    ("limits", "message", "file"),
+    [
+        ({"max_file_bytes": 1000}, "file is 2000 bytes, over the limit of 1000", "chart/templates/big.yaml"),
+        ({"max_output_bytes": 3000}, "files this render reads exceed the limit of 3000", "values/prod.yaml"),
+    ],
+)
+def test_what_helm_would_read_is_bounded_like_plain_files(
+    tmp_path: Path, limits: dict[str, int], message: str, file: str
+) -> None:
+    pad = "#" * 1999 + "\n"
+    write(
+        tmp_path,
+        {
+            "chart/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n",
+            "chart/templates/big.yaml": pad,
+            "values/prod.yaml": pad,
+        },
+    )
+    helm = HelmSettings(chart="chart", values_files=("values/prod.yaml",))
+    spec = RenderSpec("c", ("chart",), helm=helm)
+    with pytest.raises(RenderError) as caught:
+        render(tmp_path, replace(spec, **limits), runner=Spy())
+    (problem,) = caught.value.problems
+    assert message in problem.message and problem.file == file
+
+
 def test_a_revision_that_ran_out_of_memory_is_not_rendered_again_but_other_errors_are(tmp_path: Path) -> None:
     tool("krender")
     write(tmp_path, {"app/kustomization.yaml": "resources:\n  - bomb.yaml\n", "app/bomb.yaml": ALIAS_BOMB})
@@ -151,23 +180,22 @@ def test_a_revision_that_ran_out_of_memory_is_not_rendered_again_but_other_error
 
 def test_render_children_wait_while_their_limits_and_the_agent_would_pass_the_container_limit() -> None:
     budget = ChildBudget(limit=1000, rss=lambda: 300)
-    first_in, second_in, release = threading.Event(), threading.Event(), threading.Event()
+    assert budget.fits(5000)  # alone, one child always runs: a render must be possible at all
+    started = threading.Event()
 
-    def child(started: threading.Event) -> None:
+    def second_child() -> None:
         with budget.hold(600):
             started.set()
-            release.wait()
 
-    threads = [threading.Thread(target=child, args=(e,)) for e in (first_in, second_in)]
-    threads[0].start()
-    assert first_in.wait(10)
-    threads[1].start()
-    # 300 (agent) + 600 + 600 > 1000: the second waits; alone, one child always runs.
-    assert not second_in.wait(0.3)
-    release.set()
-    assert second_in.wait(10)
-    for t in threads:
-        t.join()
+    with budget.hold(600):
+        # 300 (the agent) + 600 + 600 > 1000: a second such child waits; a smaller one fits.
+        assert not budget.fits(600) and budget.fits(100)
+        waiting = threading.Thread(target=second_child)
+        waiting.start()
+        assert not started.is_set()
+    assert started.wait(10)  # the first one ended: the waiting child starts
+    waiting.join()
+    assert budget.fits(5000)
 
 
 # -- network ------------------------------------------------------------------------------------

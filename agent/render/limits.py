@@ -19,10 +19,10 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from agent.errors import RenderError, RenderLimit
+from agent.errors import RenderError, RenderLimit, RenderProblem
 from agent.render.tools import Runner, RunResult, run_subprocess
 
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
@@ -61,7 +61,8 @@ class ChildBudget:
         self._running = 0
         self._cond = threading.Condition()
 
-    def _fits(self, memory: int) -> bool:
+    def fits(self, memory: int) -> bool:
+        """Whether a child limited to ``memory`` bytes may start now."""
         if self._running == 0 or self.limit is None:
             return True  # one child always runs: a render must be possible at all
         return self.rss() + self._held + memory <= self.limit
@@ -70,7 +71,7 @@ class ChildBudget:
     def hold(self, memory: int) -> Iterator[None]:
         """Wait until a child limited to ``memory`` bytes fits, and count it while it runs."""
         with self._cond:
-            self._cond.wait_for(lambda: self._fits(memory))
+            self._cond.wait_for(lambda: self.fits(memory))
             self._held += memory
             self._running += 1
         try:
@@ -104,6 +105,30 @@ def bounded_runner(memory: int, budget: ChildBudget = BUDGET) -> Runner:
             )
 
     return run
+
+
+def input_problems(
+    paths: Iterable[Path], shown: Callable[[Path], str], *, max_total: int, max_file: int
+) -> list[RenderProblem]:
+    """The files a tool will read under ``paths`` (a chart, its values files), bounded as the plain
+    walk's are: ``max_file`` for one, ``max_total`` in all; the first file past a bound is named."""
+    total = 0
+    for root in paths:
+        files = (
+            (Path(d) / f for d, _, names in os.walk(root) for f in sorted(names)) if root.is_dir() else [root]
+        )
+        for f in files:
+            size = f.stat().st_size if f.is_file() else 0
+            total += size
+            if size > max_file:
+                return [RenderProblem(shown(f), f"file is {size} bytes, over the limit of {max_file}")]
+            if total > max_total:
+                return [
+                    RenderProblem(
+                        shown(f), f"the files this render reads exceed the limit of {max_total} bytes"
+                    )
+                ]
+    return []
 
 
 def hit_memory_limit(error: RenderError) -> bool:

@@ -59,7 +59,7 @@ from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, Ob
 from agent.render.binaries import tool
 from agent.render.ignore import IGNORE_FILE, Rule, ignored, parse_ignore
 from agent.render.kustomize import Graph, check_kustomization, kustomization_file, kustomize_build
-from agent.render.limits import MemoryFailures, bounded_runner
+from agent.render.limits import MemoryFailures, bounded_runner, input_problems
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_json, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
 from agent.render.tools import Runner, check_chart, helm_sections, helm_template
@@ -312,7 +312,8 @@ class _Render:
                 self.problems.append(RenderProblem(v, "helm values file is not a file"))
             elif full is not None:
                 values.append(full)
-        problems = check_chart(chart, self.tree)
+        limits = {"max_total": self.spec.max_output_bytes, "max_file": self.spec.max_file_bytes}
+        problems = check_chart(chart, self.tree) + input_problems([chart, *values], self.rel, **limits)
         if problems or len(values) != len(settings.values_files if settings and configured else ()):
             self.problems.extend(problems)
             return

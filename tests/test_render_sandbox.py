@@ -89,11 +89,47 @@ def test_the_subprocess_runner_stops_a_child_at_its_memory_limit_and_says_so(tmp
     )
     assert res.out_of_memory and res.returncode != 0
     assert 0 < res.peak_rss <= 256 * MiB
-    # The same child without a limit is not out of memory: the flag is the limit's, not the program's.
+    # A child within its limit is not out of memory: the flag is the limit's, not the program's.
     small = run_subprocess(
-        [sys.executable, "-c", "print(1)"], cwd=tmp_path, env={}, timeout=30, max_output=1024
+        [sys.executable, "-c", "print(1)"],
+        cwd=tmp_path,
+        env={},
+        timeout=30,
+        max_output=1024,
+        memory=256 * MiB,
     )
-    assert not small.out_of_memory and small.peak_rss > 0
+    assert not small.out_of_memory and small.returncode == 0 and 0 < small.peak_rss < 256 * MiB
+
+
+#: How Go maps a large allocation: a writable mapping laid over a reserved range, which the kernel
+#: does not count against RLIMIT_DATA; then every page touched.
+MAP_OVER_RESERVED = """
+import ctypes as c
+libc = c.CDLL(None, use_errno=True)
+libc.mmap.restype = c.c_void_p
+libc.mmap.argtypes = [c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_int, c.c_long]
+n = 900 << 20
+reserved = libc.mmap(None, n, 0, 0x22 | 0x4000, -1, 0)
+mapped = libc.mmap(reserved, n, 3, 0x22 | 0x10, -1, 0)
+assert mapped == reserved, c.get_errno()
+c.memset(mapped, 1, n)
+print("filled")
+"""
+
+
+def test_a_child_passing_its_limit_through_a_mapping_the_kernel_does_not_count_is_killed(
+    tmp_path: Path,
+) -> None:
+    res = run_subprocess(
+        [sys.executable, "-c", MAP_OVER_RESERVED],
+        cwd=tmp_path,
+        env={},
+        timeout=30,
+        max_output=1024,
+        memory=LIMIT,
+    )
+    assert res.out_of_memory and res.stdout == b"" and res.returncode == -9
+    assert 0 < res.peak_rss <= LIMIT
 
 
 def test_a_yaml_alias_bomb_through_a_kustomization_fails_the_render_within_the_memory_limit(

@@ -94,7 +94,7 @@ class FakeRunner:
         (
             KUSTOMIZE,
             RunResult(-9, b"x" * 10, truncated=True),
-            "output exceeds the limit of 10 bytes",
+            "output exceeds the limit of 1048576 bytes",
             "kustomize/overlays/staging",
         ),
         (HELM, RunResult(0, b"\xff\xfe"), "produced output that is not UTF-8", "helm/charts/web/Chart.yaml"),
@@ -112,12 +112,13 @@ def test_tool_failures_fail_the_render_with_their_reason(
 ) -> None:
     tool("kustomize"), tool("helm")
     runner = FakeRunner(result)
-    spec = RenderSpec(spec.cluster, spec.paths, spec.vars, timeout=7, max_output_bytes=10)
+    # The cap also bounds what helm reads (the chart): large enough for the fixture's.
+    spec = RenderSpec(spec.cluster, spec.paths, spec.vars, timeout=7, max_output_bytes=1 << 20)
     with pytest.raises(RenderError) as caught:
         render(FIXTURES, spec, runner=runner)
     ((problem),) = caught.value.problems
     assert fragment in problem.message and problem.file == file
-    assert runner.calls[0][1:] == (7, 10)  # the spec's timeout and cap reach the runner
+    assert runner.calls[0][1:] == (7, 1 << 20)  # the spec's timeout and cap reach the runner
 
 
 def test_a_real_kustomize_build_past_its_timeout_fails_the_render(tmp_path: Path) -> None:

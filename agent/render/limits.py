@@ -4,9 +4,10 @@ A kustomization or chart from Git can make its tool allocate without end (a YAML
 Helm's ``repeat``); without a bound one commit gets the agent's Pod OOM-killed, and it renders
 the same commit again after each restart. So:
 
-* every child (kustomize, helm, sops) runs with ``RLIMIT_DATA`` = ``render_memory`` (the Pod can
-  neither create cgroups nor rely on ``GOMEMLIMIT``, a soft target); one that reaches it is a
-  ``RenderProblem`` with ``limit = RenderLimit.MEMORY``, naming the file;
+* every child (kustomize, helm, sops) runs with ``RLIMIT_DATA`` = ``render_memory`` and a
+  sampler that kills it past 7/8 of it (``run_subprocess``; the Pod can neither create cgroups
+  nor rely on ``GOMEMLIMIT``, a soft target); one stopped so is a ``RenderProblem`` with
+  ``limit = RenderLimit.MEMORY``, naming the file;
 * children start only as far as their limits plus the agent's own resident memory fit under the
   container's memory limit (its cgroup's ``memory.max``); one child may always run;
 * ``MemoryFailures`` keeps such failures per (revision, render spec), so the revision is not

@@ -52,7 +52,7 @@ class RunResult:
     stderr: bytes = b""
     timed_out: bool = False
     truncated: bool = False
-    #: Largest resident set the process reached, in bytes (0: not measured).
+    #: Largest resident set the process reached, in bytes, as sampled (0: not measured: no limit).
     peak_rss: int = 0
     #: It ran under a memory limit and its runtime reported running out of memory (or it was
     #: killed by the kernel for it): ``agent.render.limits`` turns this into a render error.
@@ -90,8 +90,11 @@ def run_subprocess(
 ) -> RunResult:
     """The real ``Runner``: kills the whole process group on timeout or when stdout passes the cap.
 
-    ``memory``: the child's ``RLIMIT_DATA`` in bytes (heap and private mappings; an
-    address-space limit would kill Go programs at start-up, which reserve far more than they use).
+    ``memory``: the child's bound in bytes. It runs with that ``RLIMIT_DATA`` (heap and private
+    mappings; an address-space limit would kill Go programs at start-up, which reserve far more
+    than they use). The kernel does not count a writable mapping laid over a reserved range,
+    which is how Go maps a large allocation (one 900 MB string passes the limit in one step), so
+    the runner also samples the child's resident memory and kills it past ``_WATCHDOG`` of it.
     """
     proc = subprocess.Popen(
         list(argv),
@@ -107,6 +110,8 @@ def run_subprocess(
     assert proc.stdout is not None and proc.stderr is not None
     out, err, head = bytearray(), bytearray(), bytearray()
     timed_out = truncated = False
+    peak = _hwm(proc.pid)
+    over = False
     deadline = time.monotonic() + timeout
     pending = memoryview(stdin or b"")
     with selectors.DefaultSelector() as sel:
@@ -121,7 +126,12 @@ def run_subprocess(
             if left <= 0:
                 timed_out = True
                 break
-            for key, _ in sel.select(left):
+            # Sampled while it runs: a child's own high-water mark is gone once it exits.
+            events = sel.select(left if memory is None else min(left, _SAMPLE))
+            if memory is not None and (peak := max(peak, _hwm(proc.pid))) > _WATCHDOG * memory:
+                over = True
+                break
+            for key, _ in events:
                 if key.data is None:
                     pending = _feed(key, pending, sel)
                     continue
@@ -142,20 +152,21 @@ def run_subprocess(
     if proc.stdin is not None and not proc.stdin.closed:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-    if timed_out or truncated:
+    if timed_out or truncated or over:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    code, peak = _reap(proc, max(1.0, deadline - time.monotonic()))
-    if code is None:
+    peak = max(peak, _hwm(proc.pid)) if memory is not None else 0
+    try:
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
         # Output closed early but the process lingers past the deadline.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        (code, peak), timed_out = _reap(proc, None), True
-    assert code is not None  # a reap without a timeout returns only once the child is gone
+        code, timed_out = proc.wait(), True
     proc.stdout.close()
     proc.stderr.close()
     stderr = bytes(err[-_STDERR_KEEP:])
-    oom = (
+    oom = over or (
         memory is not None
         and code != 0
         and not (timed_out or truncated)
@@ -168,26 +179,33 @@ def _limit_data(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _reap(proc: subprocess.Popen[bytes], timeout: float | None) -> tuple[int | None, int]:
-    """Exit code and peak RSS (bytes) of ``proc`` (``wait4``: its own rusage), or None at the timeout."""
-    end = None if timeout is None else time.monotonic() + timeout
-    delay = 0.0005
-    while True:
-        pid, status, usage = os.wait4(proc.pid, 0 if end is None else os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_maxrss * 1024
-        if end is not None and time.monotonic() >= end:
-            return None, 0
-        time.sleep(delay)  # as Popen.wait polls: the child has closed its output, exit is near
-        delay = min(delay * 2, 0.05)
+#: Seconds between two samples of a limited child's memory, and the share of its limit at which
+#: the sampler kills it: a child filling memory as fast as it can (~5 GB/s) stays under its limit.
+_SAMPLE = 0.01
+_WATCHDOG = 0.875
+
+
+def _hwm(pid: int) -> int:
+    """The peak resident memory (``VmHWM``, bytes) of the program ``pid`` runs; 0 once it exited.
+
+    Not ``wait4``'s ``ru_maxrss``: Linux carries into it the memory of the process that forked
+    the child (the agent's own), so a small child of a large agent would seem large.
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 #: How the runtimes of the render tools say an allocation failed: Go's fatal errors (kustomize,
 #: helm, sops) and C's/Python's (test programs). Read only from a child we limited.
 _OOM_MARKERS = (b"out of memory", b"cannot allocate memory", b"Cannot allocate memory", b"MemoryError")
 #: Go's collector may also crash outright when the kernel refuses it memory (a SIGSEGV in the
-#: runtime, exit 2): a failed child whose peak came this close to its limit ran out of it.
+#: runtime, exit 2): a failed child whose sampled peak came this close to its limit ran out of it.
 _NEAR_LIMIT = 0.75
 
 

@@ -19,7 +19,8 @@ from agent.render.binaries import tool
 from agent.render.kustomize import Graph, check_kustomization, kustomize_build
 from agent.render.limits import ChildBudget, bounded_runner
 from agent.render.renderer import RenderCache, RenderSpec, render
-from agent.render.sops import AgeKeys, foreign_key_services
+from agent.render.sops import AgeKeys
+from agent.render.sops_guard import foreign_key_services
 from agent.render.tools import RunResult, run_subprocess
 from tests.leakkit import SECRET, SecretServer
 from tests.sopskit import age_key, encrypt
@@ -514,15 +515,12 @@ def test_sops_reaches_no_key_service_but_age_even_when_a_file_names_a_loopback_v
 
 
 def test_the_key_services_of_a_dotenv_file_are_read_from_its_flattened_metadata() -> None:
-    flat = (
-        "A=ENC[x]\nsops_age__list_0__map_recipient=age1x\n"
-        "sops_hc_vault__list_0__map_vault_address=http://127.0.0.1:1\n"
-    )
-    grouped = (
-        "sops_key_groups__list_0__map_kms__list_0__map_arn=arn\n"
-        "sops_key_groups__list_0__map_age__list_0__map_recipient=a\n"
-    )
+    flat = ["A", "sops_age__list_0__map_recipient", "sops_hc_vault__list_0__map_vault_address"]
+    grouped = [
+        "sops_key_groups__list_0__map_kms__list_0__map_arn",
+        "sops_key_groups__list_0__map_age__list_0__map_x",
+    ]
     assert foreign_key_services(flat, None) == ["hc_vault"]
     assert foreign_key_services(grouped, None) == ["kms"]
-    assert foreign_key_services("sops_age__list_0__map_recipient=age1x\nsops_mac=m\n", None) == []
+    assert foreign_key_services(["sops_age__list_0__map_recipient", "sops_mac"], None) == []
     assert foreign_key_services(None, {"age": [{"recipient": "a"}], "pgp": [], "mac": "m"}) == []

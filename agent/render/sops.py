@@ -44,13 +44,12 @@ from agent.errors import LocalClusterError, RenderProblem
 from agent.model import DECRYPTED_FIELDS, DecryptFault, EncryptedSource
 from agent.render.binaries import tool
 from agent.render.manifests import Document, Origin, parse_json, parse_yaml
+from agent.render.sops_guard import DOTENV_PREFIX, foreign_key_services, without_forged_marks
 from agent.render.tools import Runner, memory_problem, sandbox_env
 
 SOPS_KEY = "sops"
 #: How sops writes an encrypted value (AES-GCM is its only cipher).
 ENC_PREFIX = "ENC[AES256_GCM,"
-#: A dotenv file's metadata keys (``sops_mac=...``): what a kustomize generator copies into data.
-DOTENV_PREFIX = "sops_"
 _IDENTITY_PATHS = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
 
 
@@ -200,7 +199,7 @@ class Sops:
 
     def file_docs(self, raw: bytes, docs: list[Document], origin: Origin, kind: str) -> list[Document]:
         """A plain file's documents, decrypted; [] (and a problem) when it does not decrypt."""
-        docs = self._without_forged_marks(docs, origin)
+        docs = without_forged_marks(docs, origin, self.problems)
         metas = [d.value[SOPS_KEY] for d in docs if encrypted(d.value)]
         if not metas:
             return docs
@@ -224,33 +223,13 @@ class Sops:
                 out.append(Document(obj, d.index, d.line))
         return out
 
-    def _without_forged_marks(self, docs: list[Document], origin: Origin) -> list[Document]:
-        """``docs`` but those that bring ``decrypted-fields`` from Git (each one a problem).
-
-        The agent owns the annotation: it masks what it lists in every report, so a value
-        written in Git would hide any field (an image change) from every diff.
-        """
-        kept = []
-        for d in docs:
-            if any(_marked(o) for o in _objects(d.value)):
-                self.problems.append(
-                    origin.problem(
-                        f"sets the annotation {DECRYPTED_FIELDS}, which only the agent writes (it marks "
-                        "the values it decrypted, to mask them): remove it from Git",
-                        d.line,
-                    )
-                )
-            else:
-                kept.append(d)
-        return kept
-
     # -- tool output ----------------------------------------------------------------
 
     def output_docs(self, docs: list[Document], origin: Origin, roots: Iterable[Path]) -> list[Document]:
         """Kustomize/helm output: ciphertext replaced from the files under ``roots`` it came from."""
         roots = list(roots)
         out: list[Document] = []
-        for d in self._without_forged_marks(docs, origin):
+        for d in without_forged_marks(docs, origin, self.problems):
             value = d.value
             if encrypted(value):
                 value = self._output_object(value, origin.locate(d.line)[0], roots)
@@ -422,7 +401,8 @@ class Sops:
         """``sops decrypt`` of ``raw`` from stdin to stdout; ``None`` (and a problem) on failure."""
         if self.mode is SopsMode.SEAL:
             return None
-        foreign = foreign_key_services(raw.decode("utf-8", "replace") if kind == "dotenv" else None, meta)
+        dotenv = _dotenv(raw.decode("utf-8", "replace")) if kind == "dotenv" else None
+        foreign = foreign_key_services(dotenv, meta)
         if foreign:
             self._problem(
                 file,
@@ -522,44 +502,6 @@ class Sops:
 
     def _problem(self, file: str, fault: DecryptFault, message: str) -> None:
         self.problems.append(RenderProblem(file, message, fault=fault))
-
-
-def foreign_key_services(dotenv: str | None, meta: Any) -> list[str]:
-    """The key types other than age that a file's metadata names (sops would call each one).
-
-    Master keys are the metadata's non-empty lists (``kms``, ``hc_vault``, ``pgp``...), at the top
-    or in ``key_groups``; a dotenv file flattens them as ``sops_<type>__list_<i>__...``.
-    """
-    found: set[str] = set()
-    if dotenv is not None:
-        for key in _dotenv(dotenv):
-            parts = key.removeprefix(DOTENV_PREFIX).split("__") if key.startswith(DOTENV_PREFIX) else []
-            if len(parts) > 3 and parts[0] == "key_groups" and parts[3].startswith("list_"):
-                found.add(parts[2].removeprefix("map_"))
-            elif len(parts) > 1 and parts[1].startswith("list_") and parts[0] != "key_groups":
-                found.add(parts[0])
-    elif isinstance(meta, dict):
-        groups = meta.get("key_groups")
-        for group in [meta, *(groups if isinstance(groups, list) else [])]:
-            if isinstance(group, dict):
-                found |= {k for k, v in group.items() if k != "key_groups" and isinstance(v, list) and v}
-    return sorted(found - {"age"})
-
-
-def _objects(value: Any) -> list[Any]:
-    """``value`` and, for a ``List`` kind, its items (each becomes an object)."""
-    items = (
-        value.get("items")
-        if isinstance(value, dict) and str(value.get("kind", "")).endswith("List")
-        else None
-    )
-    return [value, *items] if isinstance(items, list) else [value]
-
-
-def _marked(value: Any) -> bool:
-    meta = value.get("metadata") if isinstance(value, dict) else None
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return isinstance(annotations, dict) and DECRYPTED_FIELDS in annotations
 
 
 def _describe(value: dict[str, Any]) -> str:

@@ -102,3 +102,33 @@ def test_secret_stays_secret_a_loopback_service_named_in_a_kustomization_reaches
     assert server.requests == []
     live = kubectl(a.kubeconfig, "get", "configmaps", "-n", ns, "-o", "name", check=False)
     assert "leak" not in live
+
+
+def test_secret_stays_secret_a_takeover_that_fails_on_a_decrypted_value_prints_it_masked(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("sopstake")
+    key = age_key()
+    keyfile = tmp_path / "agekey"
+    keyfile.write_text(key.identity + "\n")
+    # Before the agent: the Service made with client-side kubectl apply, a valid name.
+    (tmp_path / "old.yaml").write_text(service(ns).replace(VALUE, "db.example.com"))
+    kubectl(a.kubeconfig, "create", "namespace", ns, check=False)
+    kubectl(a.kubeconfig, "apply", "-f", str(tmp_path / "old.yaml"))
+    sealed = encrypt(service(ns), key.recipient, encrypted_regex="^externalName$")
+    repo = make_repo(tmp_path, {"app/db.yaml": sealed})
+    cfg = write_apps_config(tmp_path, repo, a, [{"name": "db", "path": "app"}])
+    file = Path(cfg.file)
+    file.write_text(file.read_text() + f"\n[apps.decryption]\nage_key_file = {toml_value(str(keyfile))}\n")
+    args = ["--config", str(file), "--cluster", "pool-a", "--manager", "kubectl-client-side-apply", "--apply"]
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "takeover", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    failed = [line for line in out.stdout.splitlines() if line.startswith("failed")]
+    assert failed and 'Invalid value: "***"' in failed[0], out.stdout + out.stderr
+    assert VALUE not in out.stdout and VALUE not in out.stderr

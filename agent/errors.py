@@ -62,6 +62,13 @@ class SourceError(AgentError):
         super().__init__(f"{url}: {message}" if url else message)
 
 
+class RenderLimit(enum.StrEnum):
+    """Which bound of the render sandbox stopped a tool (typed: the render cache reads it)."""
+
+    #: The child reached ``render_memory`` (its ``RLIMIT_DATA``).
+    MEMORY = "memory"
+
+
 @dataclass(frozen=True)
 class RenderProblem:
     """One thing wrong with one file; ``line``/``column`` are 1-based when known."""
@@ -72,6 +79,8 @@ class RenderProblem:
     column: int | None = None
     #: Set when the problem is an encrypted file that did not decrypt.
     fault: DecryptFault | None = None
+    #: Set when a render tool was stopped by a bound of the sandbox.
+    limit: RenderLimit | None = None
 
     def __str__(self) -> str:
         where = self.file

@@ -145,6 +145,8 @@ class DecryptFault(enum.StrEnum):
     UNRESOLVED = "unresolved"
     #: The pinned sops could not run (missing, timed out, output over the limit).
     TOOL = "tool"
+    #: The file names key services other than age (KMS, Vault, PGP...): a render reaches none.
+    KEY_SERVICE = "key-service"
 
 
 @dataclass(frozen=True)

@@ -356,8 +356,8 @@ def test_image_holds_every_binary_the_agent_runs() -> None:
         assert package in recipe()["apt_packages"], package
     copied = [a for a in df.final.all("COPY") if a.startswith("--from=tools")]
     assert copied == ["--from=tools /out/ /usr/local/bin/"]
-    assert set(PATH_FALLBACK) == {"kustomize", "helm", "sops"}
-    # kustomize, helm and sops are found on PATH there.
+    assert set(PATH_FALLBACK) == {"kustomize", "krender", "helm", "sops"}
+    # kustomize, krender (the agent's kustomize build), helm and sops are found on PATH there.
     path = env_of(df.final)["PATH"].split(":")
     assert "/usr/local/bin" in path
 

@@ -35,7 +35,7 @@ PROD_HELM = HelmSettings(
 @pytest.fixture
 def binaries() -> None:
     """Fail (not skip) when the pinned kustomize/helm are missing: run scripts/install-control-plane."""
-    tool("kustomize")
+    tool("krender")
     tool("helm")
 
 
@@ -159,7 +159,9 @@ def test_a_kustomization_inside_a_plain_directory_is_built_not_walked(binaries: 
     ]
 
 
-def test_kustomize_runs_root_only_without_plugins_or_helm(binaries: None) -> None:
+def test_kustomize_runs_in_the_sandbox_on_the_checked_files_only_without_plugins_or_helm(
+    binaries: None,
+) -> None:
     calls: list[list[str]] = []
 
     def spy(
@@ -170,7 +172,11 @@ def test_kustomize_runs_root_only_without_plugins_or_helm(binaries: None) -> Non
 
     render(FIXTURES, RenderSpec("s", ("kustomize/overlays/staging",), {}), runner=spy)
     (argv,) = calls
-    assert argv[1:2] == ["build"] and argv[-2:] == ["--load-restrictor", "LoadRestrictionsRootOnly"]
+    kustomize = FIXTURES.resolve() / "kustomize"
+    assert Path(argv[0]).name == "krender" and argv[1:3] == ["-root", str(FIXTURES.resolve())]
+    mounted = [argv[i + 1] for i, a in enumerate(argv) if a == "-dir"]
+    assert mounted == [str(kustomize / "base"), str(kustomize / "overlays" / "staging")]
+    assert argv[-1] == str(kustomize / "overlays" / "staging")
     assert not {"--enable-exec", "--enable-alpha-plugins", "--enable-helm", "--network"} & set(argv)
 
 

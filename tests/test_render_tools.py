@@ -11,8 +11,9 @@ import pytest
 
 from agent.errors import RenderError
 from agent.render.binaries import tool
+from agent.render.kustomize import Graph, kustomize_build
 from agent.render.renderer import RenderSpec, render
-from agent.render.tools import RunResult, kustomize_build, run_subprocess, sandbox_env
+from agent.render.tools import RunResult, run_subprocess, sandbox_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 KUSTOMIZE = RenderSpec("prod", ("kustomize/overlays/staging",), {})
@@ -93,7 +94,7 @@ class FakeRunner:
         (
             KUSTOMIZE,
             RunResult(-9, b"x" * 10, truncated=True),
-            "output exceeds the limit of 10 bytes",
+            "output exceeds the limit of 1048576 bytes",
             "kustomize/overlays/staging",
         ),
         (HELM, RunResult(0, b"\xff\xfe"), "produced output that is not UTF-8", "helm/charts/web/Chart.yaml"),
@@ -111,12 +112,13 @@ def test_tool_failures_fail_the_render_with_their_reason(
 ) -> None:
     tool("kustomize"), tool("helm")
     runner = FakeRunner(result)
-    spec = RenderSpec(spec.cluster, spec.paths, spec.vars, timeout=7, max_output_bytes=10)
+    # The cap also bounds what helm reads (the chart): large enough for the fixture's.
+    spec = RenderSpec(spec.cluster, spec.paths, spec.vars, timeout=7, max_output_bytes=1 << 20)
     with pytest.raises(RenderError) as caught:
         render(FIXTURES, spec, runner=runner)
     ((problem),) = caught.value.problems
     assert fragment in problem.message and problem.file == file
-    assert runner.calls[0][1:] == (7, 10)  # the spec's timeout and cap reach the runner
+    assert runner.calls[0][1:] == (7, 1 << 20)  # the spec's timeout and cap reach the runner
 
 
 def test_a_real_kustomize_build_past_its_timeout_fails_the_render(tmp_path: Path) -> None:
@@ -144,31 +146,35 @@ def test_a_real_kustomize_build_past_its_timeout_fails_the_render(tmp_path: Path
 def test_kustomize_itself_cannot_reach_the_network_even_past_our_checks(
     tmp_path: Path, resource: str
 ) -> None:
-    """Second wall: run the pinned kustomize directly on a remote resource, without the pre-check."""
+    """Second wall: run the kustomize sandbox directly on a remote resource, without the pre-check."""
     (tmp_path / "kustomization.yaml").write_text(f"resources:\n  - {resource}\n")
     start = time.monotonic()
     out = kustomize_build(
-        tool("kustomize"), tmp_path, tmp_path, timeout=30, max_output=1 << 20, runner=run_subprocess
+        tool("krender"),
+        tmp_path,
+        tmp_path,
+        Graph(mounted_dirs={tmp_path}),
+        timeout=30,
+        max_output=1 << 20,
+        max_file=1 << 20,
+        runner=run_subprocess,
     )
     assert time.monotonic() - start < 10
     ((problem),) = out.problems
     assert "failed (exit 1)" in problem.message and out.text == ""
 
 
-def test_a_shared_base_elsewhere_in_the_repository_is_allowed_but_a_file_outside_the_root_is_not(
-    tmp_path: Path,
-) -> None:
-    tool("kustomize")
+def test_a_shared_base_or_file_elsewhere_in_the_repository_is_allowed(tmp_path: Path) -> None:
+    tool("krender")
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "kustomization.yaml").write_text("resources:\n  - cm.yaml\n")
     (tmp_path / "base" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n")
     (tmp_path / "overlay").mkdir()
     (tmp_path / "overlay" / "kustomization.yaml").write_text("resources:\n  - ../base\n")
     assert [o.key.name for o in render(tmp_path, RenderSpec("c", ("overlay",), {})).objects] == ["shared"]
-    # A plain file from another directory breaks LoadRestrictionsRootOnly: kustomize refuses it.
+    # A plain file from another directory of the checkout too (paths outside it: test_render_sandbox).
     (tmp_path / "overlay" / "kustomization.yaml").write_text("resources:\n  - ../base/cm.yaml\n")
-    with pytest.raises(RenderError, match="is not in or below"):
-        render(tmp_path, RenderSpec("c", ("overlay",), {}))
+    assert [o.key.name for o in render(tmp_path, RenderSpec("c", ("overlay",), {})).objects] == ["shared"]
 
 
 def test_the_sandbox_environment_carries_nothing_of_the_agent(

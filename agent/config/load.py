@@ -28,6 +28,7 @@ from agent.config.types import (
     DEFAULT_BRANCH,
     DEFAULT_CONFLICT_RULES,
     DEFAULT_SOURCE,
+    MIN_RENDER_MEMORY,
     Adopt,
     AgentSettings,
     AppConfig,
@@ -119,6 +120,7 @@ def _settings(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterS
     ):
         values[name] = r.duration(name, getattr(s, name))
     values["health_debounce"] = r.duration("health_debounce", s.health_debounce, minimum=0.0)
+    values["render_memory"] = r.size("render_memory", s.render_memory, minimum=MIN_RENDER_MEMORY)
     if (wait := wait_setting(r)) is not None:
         values["wait"] = wait
     for name in ("prune", "allow_empty"):

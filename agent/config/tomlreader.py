@@ -47,6 +47,20 @@ def parse_duration(text: str) -> float:
     return total
 
 
+_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|k|M|G)?")
+_SIZE_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 10**3, "M": 10**6, "G": 10**9}
+
+
+def parse_size(value: str | int) -> int:
+    """``"512Mi"`` → 536870912 bytes; an integer is bytes. Raises ``ValueError`` on anything else."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.fullmatch(value.strip())
+    if m is None:
+        raise ValueError(f"invalid size {value!r} (use e.g. 512Mi, 1Gi, or a number of bytes)")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
 def too_deep(text: str, limit: int) -> tuple[int, int] | None:
     """Line and column (1-based) of the first array or inline table nested more than ``limit``
     levels deep in TOML ``text``, if any.
@@ -112,6 +126,19 @@ class TableReader:
         if seconds < minimum:
             raise self.error(name, f"must be at least {minimum:g}s, got {value!r}")
         return seconds
+
+    def size(self, name: str, default: int, *, minimum: int) -> int:
+        """A byte size: ``"512Mi"``, ``"1Gi"``, ``"300M"`` (Kubernetes quantity suffixes) or bytes."""
+        value = self.get(name, (str, int))
+        if value is None:
+            return default
+        try:
+            size = parse_size(value)
+        except ValueError as e:
+            raise self.error(name, str(e)) from None
+        if size < minimum:
+            raise self.error(name, f"must be at least {minimum >> 20}Mi, got {value!r}")
+        return size
 
     def string_list(self, name: str) -> tuple[str, ...] | None:
         value = self.get(name, list)

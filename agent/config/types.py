@@ -63,6 +63,10 @@ def choices(kind: type[StrEnum]) -> list[str]:
 
 #: The branch followed when ``[source]`` names no branch, tag or commit.
 DEFAULT_BRANCH: Final = "main"
+#: ``render_memory``: 512 MiB per render child, so one child and the agent fit a 768Mi Pod.
+DEFAULT_RENDER_MEMORY: Final = 512 << 20
+#: The least ``render_memory`` accepted: a Go tool needs some to start at all.
+MIN_RENDER_MEMORY: Final = 64 << 20
 
 # Tunables no config key sets, kept beside the rest: the stages' option dataclasses use them.
 #: Seconds to wait for a CRD applied in a pass to become Established.
@@ -231,6 +235,8 @@ class ClusterSettings:
     concurrency: int = 8
     exclude: tuple[str, ...] = ()
     render_timeout: float = 60.0
+    #: Bytes of memory (``RLIMIT_DATA``) each kustomize/helm/sops child of a render may use.
+    render_memory: int = DEFAULT_RENDER_MEMORY
     #: Follow health after apply: every applied object (``true``), those listed, or none.
     wait: Wait = field(default_factory=Wait)
     #: Seconds a wait may last: what is still not Current then is Failed (naming why).
@@ -315,6 +321,7 @@ APP_SETTING_KEYS = frozenset(
         "propagation_policy",
         "default_namespace",
         "render_timeout",
+        "render_memory",
         "exclude",
         "wait",
         "health_timeout",

@@ -16,13 +16,16 @@ Called by ``plan`` on every body, operation and conflict value of a Secret.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import copy
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.model import DECRYPTED_FIELDS, FieldPath, Manifest
+from agent.model import DECRYPTED_FIELDS, ApplyResult, FieldPath, Manifest
 
 MASK = "***"
 MASK_BEFORE = "*** (before)"
@@ -188,3 +191,72 @@ def mask_value(path: FieldPath, value: Any, *, secret: bool | Masks) -> Any:
     if isinstance(value, dict):
         return dict.fromkeys(value, MASK)
     return MASK
+
+
+# -- secrets in free text -----------------------------------------------------------------
+
+
+def secret_strings(objects: Iterable[Manifest | None]) -> set[str]:
+    """Every Secret value (base64 and decoded), decrypted value and last-applied annotation
+    found in ``objects``."""
+    found: set[str] = set()
+    for obj in objects:
+        masks = masks_of(obj)
+        if not masks:
+            continue
+        assert obj is not None
+        for path in masks.paths:
+            found.update(_leaf_strings(_at(obj, path)))
+        last = ((obj.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
+        if last:
+            found.add(str(last))
+        if not masks.secret:
+            continue
+        for value in (obj.get("data") or {}).values():
+            found.add(str(value))
+            with contextlib.suppress(binascii.Error, UnicodeDecodeError, ValueError):
+                found.add(base64.b64decode(str(value), validate=True).decode())
+        for value in (obj.get("stringData") or {}).values():
+            found.add(str(value))
+            found.add(base64.b64encode(str(value).encode()).decode())
+    # A server quotes a value JSON-escaped (Go's %q): a multi-line value is masked as quoted too.
+    found |= {json.dumps(s)[1:-1] for s in found}
+    return {s for s in found if len(s) >= 4}
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _leaf_strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _leaf_strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaf_strings(v)]
+    return [] if value is None else [str(value)]
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every known secret string replaced by the mask (longest first)."""
+    for s in sorted(secrets, key=len, reverse=True):
+        text = text.replace(s, MASK)
+    return text
+
+
+def scrub_result(result: ApplyResult, secrets: set[str], *, sensitive: bool) -> ApplyResult:
+    """``result`` with its server's words (message, warnings) scrubbed of ``secrets``.
+
+    A server's answer may quote any value it was sent (a 422 names the invalid value): masked
+    where the result is made, every later output (run table, ``/status``, logs, alerts) is safe.
+    ``sensitive``: the object itself holds secret values (Events and the page show no message).
+    """
+    if not secrets and not sensitive:
+        return result
+    return replace(
+        result,
+        message=scrub(result.message, secrets),
+        warnings=tuple(scrub(w, secrets) for w in result.warnings),
+        sensitive=result.sensitive or sensitive,
+    )

@@ -23,6 +23,7 @@ from agent.model import (
     Outcome,
     Revision,
 )
+from agent.plan import masking
 from agent.plan.planner import PlanOptions
 from agent.reconcile.live import LiveState
 
@@ -68,6 +69,10 @@ class AppRun:
     @property
     def active(self) -> bool:
         return self.due and self.known and not self.finished
+
+    def secret_values(self) -> set[str]:
+        """The values its objects hold secret (Secrets', decrypted ones): masked in every output."""
+        return masking.secret_strings(o.manifest for o in self.desired or ())
 
 
 @dataclass

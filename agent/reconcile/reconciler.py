@@ -466,8 +466,9 @@ class ClusterReconciler(ClusterStages):
         except AgentError as e:
             if isinstance(e, ClusterError) and (not isinstance(e, ApiError) or e.is_cluster_level):
                 raise  # the cluster as a whole: every app after this one fails the same way
-            run.result.failure = e.failure()
-            log.error("app failed", app=run.name, error=str(e))
+            failure = e.failure()
+            run.result.failure = replace(failure, message=masking.scrub(failure.message, run.secret_values()))
+            log.error("app failed", app=run.name, error=run.result.failure.message)
         run.finished = True
         if not dry_run:
             self._begin_wait(run)
@@ -578,9 +579,9 @@ class ClusterReconciler(ClusterStages):
         blocked = {k for k in run.unserved if k in mine}
         sendable = [c for c in the_plan.changes if c.key not in blocked or c.action is Action.SKIP]
         applied = apply_stage.apply_changes(client, sendable, apply_opts, replan, body_for)
-        # A server's message may quote a value: never shown for objects that hold secrets.
-        secret = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}
-        applied = [replace(r, sensitive=True) if r.key in secret else r for r in applied]
+        # A server's message may quote a value: masked in every result, never shown for the object.
+        secret, values = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}, run.secret_values()
+        applied = [masking.scrub_result(r, values, sensitive=r.key in secret) for r in applied]
         result.results.extend(
             ApplyResult(
                 k, Outcome.FAILED, status=404, message=run.unserved[k].message, note=Note.API_NOT_SERVED

@@ -57,6 +57,7 @@ def render_spec(cluster: ClusterConfig) -> RenderSpec:
         exclude=cluster.settings.exclude,
         helm=cluster.helm,
         timeout=cluster.settings.render_timeout,
+        memory=cluster.settings.render_memory,
     )
 
 
@@ -69,6 +70,7 @@ def app_render_spec(app: AppConfig) -> RenderSpec:
         exclude=app.settings.exclude,
         helm=app.helm,
         timeout=app.settings.render_timeout,
+        memory=app.settings.render_memory,
     )
 
 

@@ -53,6 +53,7 @@ from agent.model import (
     Outcome,
     split_api_version,
 )
+from agent.plan import masking
 from agent.plan.fields import (
     ManagedEntry,
     decode_fields_v1,
@@ -207,6 +208,8 @@ def execute_takeover(
     stale-version entries removed."""
     results: list[ApplyResult] = []
     everything = list(desired.values())
+    # A server's message may quote a value: the secret ones are masked (docs/secrets.md).
+    secrets = masking.secret_strings(o.manifest for o in everything)
     for item in plan_.items:
         obj = desired[item.key]
         try:
@@ -215,9 +218,8 @@ def execute_takeover(
             if e.status in (0, 401):
                 raise
             hint = " (it changed under us: run takeover again)" if e.status in (409, 422) else ""
-            results.append(
-                ApplyResult(item.key, Outcome.FAILED, status=e.status, message=f"{e.api_message}{hint}")
-            )
+            message = masking.scrub(f"{e.api_message}{hint}", secrets)
+            results.append(ApplyResult(item.key, Outcome.FAILED, status=e.status, message=message))
     return results
 
 

@@ -1,4 +1,4 @@
-"""Locate the pinned external binaries (kube-apiserver, etcd, kubectl, kustomize, helm, sops).
+"""Locate the pinned external binaries (kube-apiserver, etcd, kubectl, kustomize, krender, helm, sops).
 
 ``scripts/install-control-plane`` builds them into ``~/.cache/gitops-agent/bin-<key>``, and
 ``scripts/install-go-tools`` the other pinned Go tools into ``~/.cache/gitops-agent/go-tools/``;
@@ -18,7 +18,7 @@ from agent.errors import LocalClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-control-plane"
-PATH_FALLBACK = ("kustomize", "helm", "sops")
+PATH_FALLBACK = ("kustomize", "krender", "helm", "sops")
 
 
 def go_tool_names(root: Path = REPO_ROOT) -> set[str]:

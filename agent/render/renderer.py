@@ -8,8 +8,8 @@ problem found -- never a partial set (docs/safety.md rule 2).
 What each configured path (repository-relative) may be:
 
 * a directory with ``kustomization.yaml`` / ``kustomization.yml`` /
-  ``Kustomization``: built with the pinned ``kustomize``; overlays may use
-  bases anywhere inside the repository, never outside it or remote;
+  ``Kustomization``: built by ``agent.render.kustomize`` (the pinned kustomize API in a
+  sandbox); it may read files anywhere inside the repository, never outside it or remote;
 * a directory with ``Chart.yaml``: rendered with the pinned ``helm template``
   (the chart named by ``RenderSpec.helm`` uses its release name, namespace
   and values files; any other chart uses release name = cluster name);
@@ -20,12 +20,10 @@ What each configured path (repository-relative) may be:
   (``.git``, ``.github``) are skipped, other extensions are ignored;
 * a single manifest file.
 
-Exclusions, gitignore-like: a ``.gitops-agent-ignore`` file in any walked
-directory holds one glob per line (``#`` comments, ``!`` re-includes, a
-trailing ``/`` matches directories only, a pattern containing ``/`` is
-anchored to that file's directory, otherwise it matches a name at any depth,
-``**`` spans directories). ``RenderSpec.exclude`` takes the same globs,
-anchored at the repository root.
+Exclusions, gitignore-like (``agent.render.ignore``): ``.gitops-agent-ignore`` files
+and ``RenderSpec.exclude``.
+
+Every child (kustomize, helm, sops) runs with a memory limit (``agent.render.limits``).
 
 Variables: ``${VAR}`` in plain manifests and in kustomize output (see
 ``agent.render.substitute``); Helm output is not substituted (charts take values and
@@ -45,7 +43,6 @@ and one with the default namespace are not reported here.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -56,24 +53,17 @@ from typing import Any
 
 import yaml
 
-from agent.config.types import HelmSettings
+from agent.config.types import DEFAULT_RENDER_MEMORY, HelmSettings
 from agent.errors import LocalClusterError, RenderError, RenderProblem
 from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
+from agent.render.ignore import IGNORE_FILE, Rule, ignored, parse_ignore
+from agent.render.kustomize import Graph, check_kustomization, kustomization_file, kustomize_build
+from agent.render.limits import MemoryFailures, bounded_runner, input_problems
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_json, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
-from agent.render.tools import (
-    Runner,
-    check_chart,
-    check_kustomization,
-    helm_sections,
-    helm_template,
-    kustomization_file,
-    kustomize_build,
-    run_subprocess,
-)
+from agent.render.tools import Runner, check_chart, helm_sections, helm_template
 
-IGNORE_FILE = ".gitops-agent-ignore"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -101,8 +91,9 @@ class RenderSpec:
     exclude: tuple[str, ...] = ()
     #: The cluster's Helm chart settings, if any.
     helm: HelmSettings | None = None
-    #: Seconds allowed for each kustomize/helm run.
+    #: Seconds allowed for each kustomize/helm run; bytes of memory for each (``RLIMIT_DATA``).
     timeout: float = 60.0
+    memory: int = DEFAULT_RENDER_MEMORY
     #: Largest stdout of one tool run, and largest total of plain files read.
     max_output_bytes: int = 64 * 1024 * 1024
     #: Largest single manifest file.
@@ -115,81 +106,6 @@ class RenderSpec:
     #: cluster's version and discovery); ``kube_version`` alone (offline: a target release).
     capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
     kube_version: str = ""
-
-
-# ---------------------------------------------------------------------------
-# Ignore rules
-
-
-@dataclass(frozen=True)
-class _Rule:
-    base: str  # repository-relative directory the rule is anchored at ("" = root)
-    regex: re.Pattern[str]
-    anchored: bool
-    negate: bool
-    dir_only: bool
-
-    def matches(self, rel: str, is_dir: bool) -> bool:
-        if self.dir_only and not is_dir:
-            return False
-        if self.base:
-            if not rel.startswith(self.base + "/"):
-                return False
-            rel = rel[len(self.base) + 1 :]
-        subject = rel if self.anchored else rel.rsplit("/", 1)[-1]
-        return self.regex.fullmatch(subject) is not None
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and (end := pattern.find("]", i + 1)) > i:
-            body = pattern[i + 1 : end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-            i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out))
-
-
-def parse_ignore(text: str, base: str) -> list[_Rule]:
-    """Rules of one ignore file (or exclude list) anchored at repository-relative ``base``."""
-    rules: list[_Rule] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        line = line[1:] if negate else line
-        dir_only = line.endswith("/")
-        line = line.rstrip("/")
-        anchored = "/" in line
-        line = line.lstrip("/")
-        if line:
-            rules.append(_Rule(base, _glob_regex(line), anchored, negate, dir_only))
-    return rules
-
-
-def _ignored(rules: list[_Rule], rel: str, is_dir: bool) -> bool:
-    verdict = False
-    for r in rules:
-        if r.matches(rel, is_dir):
-            verdict = not r.negate
-    return verdict
 
 
 # ---------------------------------------------------------------------------
@@ -274,7 +190,7 @@ class _Render:
             self.problems.append(RenderProblem(self.rel(directory), "helm chart directory has no Chart.yaml"))
         return False
 
-    def walk(self, directory: Path, rules: list[_Rule]) -> None:
+    def walk(self, directory: Path, rules: list[Rule]) -> None:
         if directory in self.visited:
             return  # reached twice through symlinks: its objects would only be duplicates
         self.visited.add(directory)
@@ -294,7 +210,7 @@ class _Render:
             entry = directory / name
             rel = f"{base}/{name}" if base else name
             is_dir = entry.is_dir()
-            if _ignored(rules, rel, is_dir):
+            if ignored(rules, rel, is_dir):
                 continue
             if entry.is_symlink():
                 target = entry.resolve()
@@ -353,22 +269,24 @@ class _Render:
 
     def kustomize(self, directory: Path) -> None:
         rel = self.rel(directory)
-        graph: set[Path] = set()
+        graph = Graph()
         problems = check_kustomization(directory, self.tree, graph)
         if problems:
             self.problems.extend(problems)
             return
         kfile = kustomization_file(directory)
         assert kfile is not None
-        binary = self.binary("kustomize", rel)
+        binary = self.binary("krender", rel)
         if binary is None:
             return
         out = kustomize_build(
             binary,
             directory,
             self.tree,
+            graph,
             timeout=self.spec.timeout,
             max_output=self.spec.max_output_bytes,
+            max_file=self.spec.max_file_bytes,
             runner=self.runner,
         )
         if out.problems:
@@ -377,7 +295,7 @@ class _Render:
         origin = Origin(self.rel(kfile), label=f"{rel} (kustomize build output)", provenance_lines=False)
         docs, problems = parse_yaml(out.text, origin, self.spec.vars)
         if not problems:
-            docs = self.sops.output_docs(docs, origin, sorted(graph))
+            docs = self.sops.output_docs(docs, origin, graph.roots())
         self.add(docs, problems, origin)
 
     def helm(self, chart: Path) -> None:
@@ -394,7 +312,8 @@ class _Render:
                 self.problems.append(RenderProblem(v, "helm values file is not a file"))
             elif full is not None:
                 values.append(full)
-        problems = check_chart(chart, self.tree)
+        limits = {"max_total": self.spec.max_output_bytes, "max_file": self.spec.max_file_bytes}
+        problems = check_chart(chart, self.tree) + input_problems([chart, *values], self.rel, **limits)
         if problems or len(values) != len(settings.values_files if settings and configured else ()):
             self.problems.extend(problems)
             return
@@ -467,7 +386,7 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     capabilities provider, charts are rendered once without it first: a render that fails
     never asks the cluster anything (docs/safety.md rule 2), and one without charts never does.
     """
-    runner = runner or run_subprocess
+    runner = runner or bounded_runner(spec.memory)
     job = _job(tree, replace(spec, capabilities=None) if spec.capabilities else spec, runner)
     if spec.capabilities is not None and job.helm_ran:
         job = _job(tree, spec, runner)
@@ -531,8 +450,8 @@ class RenderCache:
     Bounded for a daemon that sees many commits: at most ``revisions_per_spec``
     renders (least recently used first out) per spec, and ``max_entries`` in
     all. Errors are not kept (a missing binary may be fixed without a new
-    commit). Thread-safe; ``render`` computes a missing entry once even when
-    several clusters ask for it at the same time.
+    commit), except a child stopped at ``render_memory``: rendering that revision
+    again would only be stopped again. Thread-safe; a missing entry is computed once.
     """
 
     DEFAULT_ENTRIES = 64
@@ -545,6 +464,7 @@ class RenderCache:
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._flights: dict[tuple[Any, ...], threading.Lock] = {}
+        self.memory_failures = MemoryFailures()
 
     @staticmethod
     def spec_key(spec: RenderSpec) -> tuple[Any, ...]:
@@ -556,6 +476,7 @@ class RenderCache:
             spec.helm,
             spec.max_file_bytes,
             spec.max_output_bytes,
+            spec.memory,
             # The keys decide whether a render succeeds: a cluster without them never gets
             # another's decrypted render. A fingerprint, so the cache key holds no key.
             spec.keys.fingerprint if spec.keys is not None else None,
@@ -624,8 +545,14 @@ class RenderCache:
             flight = self._flights.setdefault(flight_key, threading.Lock())
         with flight:  # others asking for the same render wait for it instead of rendering too
             found = self.get(revision, spec)
+            if found is None and (failed := self.memory_failures.get(flight_key)) is not None:
+                raise failed
             if found is None:
-                found = render(tree, spec, revision=revision, runner=runner)
+                try:
+                    found = render(tree, spec, revision=revision, runner=runner)
+                except RenderError as e:
+                    self.memory_failures.remember(flight_key, e)
+                    raise
                 self.put(revision, spec, found)
         with self._lock:
             if not flight.locked():

@@ -36,7 +36,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,12 @@ from agent.errors import LocalClusterError, RenderProblem
 from agent.model import DECRYPTED_FIELDS, DecryptFault, EncryptedSource
 from agent.render.binaries import tool
 from agent.render.manifests import Document, Origin, parse_json, parse_yaml
-from agent.render.tools import Runner, sandbox_env
+from agent.render.sops_guard import DOTENV_PREFIX, foreign_key_services, without_forged_marks
+from agent.render.tools import Runner, memory_problem, sandbox_env
 
 SOPS_KEY = "sops"
 #: How sops writes an encrypted value (AES-GCM is its only cipher).
 ENC_PREFIX = "ENC[AES256_GCM,"
-#: A dotenv file's metadata keys (``sops_mac=...``): what a kustomize generator copies into data.
-DOTENV_PREFIX = "sops_"
 _IDENTITY_PATHS = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
 
 
@@ -200,6 +199,7 @@ class Sops:
 
     def file_docs(self, raw: bytes, docs: list[Document], origin: Origin, kind: str) -> list[Document]:
         """A plain file's documents, decrypted; [] (and a problem) when it does not decrypt."""
+        docs = without_forged_marks(docs, origin, self.problems)
         metas = [d.value[SOPS_KEY] for d in docs if encrypted(d.value)]
         if not metas:
             return docs
@@ -229,7 +229,7 @@ class Sops:
         """Kustomize/helm output: ciphertext replaced from the files under ``roots`` it came from."""
         roots = list(roots)
         out: list[Document] = []
-        for d in docs:
+        for d in without_forged_marks(docs, origin, self.problems):
             value = d.value
             if encrypted(value):
                 value = self._output_object(value, origin.locate(d.line)[0], roots)
@@ -401,6 +401,17 @@ class Sops:
         """``sops decrypt`` of ``raw`` from stdin to stdout; ``None`` (and a problem) on failure."""
         if self.mode is SopsMode.SEAL:
             return None
+        dotenv = _dotenv(raw.decode("utf-8", "replace")) if kind == "dotenv" else None
+        foreign = foreign_key_services(dotenv, meta)
+        if foreign:
+            self._problem(
+                file,
+                DecryptFault.KEY_SERVICE,
+                f"names key services other than age ({', '.join(foreign)}): a render decrypts with "
+                "the app's age identities only and reaches no network; remove them "
+                "(sops updatekeys with an age-only .sops.yaml rule)",
+            )
+            return None
         if self.keys is None:
             self._problem(
                 file,
@@ -427,6 +438,8 @@ class Sops:
                 return None
         if res.timed_out:
             self._problem(file, DecryptFault.TOOL, f"sops decrypt timed out after {self.timeout:g}s")
+        elif res.out_of_memory:
+            self.problems.append(replace(memory_problem(file, "sops decrypt", res), fault=DecryptFault.TOOL))
         elif res.truncated:
             self._problem(file, DecryptFault.TOOL, f"decrypts to more than {self.max_output} bytes")
         elif res.returncode != 0:

@@ -1,16 +1,12 @@
-"""Run the pinned ``kustomize`` and ``helm`` binaries for ``agent.render``, sandboxed.
+"""Run the render tools (kustomize, helm, sops) for ``agent.render``, sandboxed.
 
 Rendering must run no code from the repository and reach no network. What
 this module does about it:
 
-* ``kustomize build --load-restrictor LoadRestrictionsRootOnly`` without
-  ``--enable-exec``, ``--enable-alpha-plugins`` or ``--enable-helm``: files a
-  kustomization loads must lie under its own root, while bases and components
-  (directories with their own kustomization) may live anywhere *in the
-  repository* -- ``check_kustomization`` walks that graph first, refusing
-  remote URLs, references that leave the repository, ``helmCharts`` and
-  symlinks pointing outside. As a second wall the process runs with an empty
-  ``PATH`` (kustomize clones remote bases with ``git``) and a dead HTTP proxy.
+* ``kustomize build`` runs in ``agent.render.kustomize`` (a wrapper on the kustomize API
+  that sees the checkout in memory and has no network); its children share this runner.
+* every child runs with an empty ``PATH`` (kustomize clones remote bases with ``git``), a
+  dead HTTP proxy, and a memory limit (``agent.render.limits``).
 * ``helm template`` with a throw-away ``HELM_CACHE_HOME``/``CONFIG``/``DATA``
   (so no repository list, registry login or plugin of the host is seen), no
   ``--post-renderer``, ``--include-crds`` and ``--skip-tests``; chart
@@ -22,29 +18,27 @@ this module does about it:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
+import resource
 import selectors
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 
-from agent.errors import RenderProblem
+from agent.errors import RenderLimit, RenderProblem
 from agent.render.manifests import BoundedLoader
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 _STDERR_KEEP = 8 * 1024
-# Looks like a URL or a go-getter/git spec rather than a local path.
-_REMOTE = re.compile(
-    r"^([a-z][a-z0-9+.-]*://|git@|git::|[a-z0-9-]+(\.[a-z0-9-]+)*\.[a-z]{2,}(:\d+)?/)", re.IGNORECASE
-)
 # A proxy nobody listens on: a Go HTTP client that tries the network fails at once.
 _DEAD_PROXY = "http://127.0.0.1:9"
 
@@ -58,6 +52,11 @@ class RunResult:
     stderr: bytes = b""
     timed_out: bool = False
     truncated: bool = False
+    #: Largest resident set the process reached, in bytes, as sampled (0: not measured: no limit).
+    peak_rss: int = 0
+    #: It ran under a memory limit and its runtime reported running out of memory (or it was
+    #: killed by the kernel for it): ``agent.render.limits`` turns this into a render error.
+    out_of_memory: bool = False
 
 
 class Runner(Protocol):
@@ -87,8 +86,16 @@ def run_subprocess(
     timeout: float,
     max_output: int,
     stdin: bytes | None = None,
+    memory: int | None = None,
 ) -> RunResult:
-    """The real ``Runner``: kills the whole process group on timeout or when stdout passes the cap."""
+    """The real ``Runner``: kills the whole process group on timeout or when stdout passes the cap.
+
+    ``memory``: the child's bound in bytes. It runs with that ``RLIMIT_DATA`` (heap and private
+    mappings; an address-space limit would kill Go programs at start-up, which reserve far more
+    than they use). The kernel does not count a writable mapping laid over a reserved range,
+    which is how Go maps a large allocation (one 900 MB string passes the limit in one step), so
+    the runner also samples the child's resident memory and kills it past ``_WATCHDOG`` of it.
+    """
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -97,10 +104,14 @@ def run_subprocess(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # A C function, so the forked child runs no Python code of ours before exec.
+        preexec_fn=None if memory is None else functools.partial(_limit_data, memory),
     )
     assert proc.stdout is not None and proc.stderr is not None
-    out, err = bytearray(), bytearray()
+    out, err, head = bytearray(), bytearray(), bytearray()
     timed_out = truncated = False
+    peak = _hwm(proc.pid)
+    over = False
     deadline = time.monotonic() + timeout
     pending = memoryview(stdin or b"")
     with selectors.DefaultSelector() as sel:
@@ -115,7 +126,12 @@ def run_subprocess(
             if left <= 0:
                 timed_out = True
                 break
-            for key, _ in sel.select(left):
+            # Sampled while it runs: a child's own high-water mark is gone once it exits.
+            events = sel.select(left if memory is None else min(left, _SAMPLE))
+            if memory is not None and (peak := max(peak, _hwm(proc.pid))) > _WATCHDOG * memory:
+                over = True
+                break
+            for key, _ in events:
                 if key.data is None:
                     pending = _feed(key, pending, sel)
                     continue
@@ -125,6 +141,8 @@ def run_subprocess(
                     continue
                 buf: bytearray = key.data
                 buf += chunk
+                if buf is err and len(head) < _STDERR_KEEP:  # a runtime's fatal error comes first
+                    head += chunk[: _STDERR_KEEP - len(head)]
                 if buf is err and len(err) > 2 * _STDERR_KEEP:
                     del err[: len(err) - _STDERR_KEEP]
             if len(out) > max_output:
@@ -134,9 +152,10 @@ def run_subprocess(
     if proc.stdin is not None and not proc.stdin.closed:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-    if timed_out or truncated:
+    if timed_out or truncated or over:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+    peak = max(peak, _hwm(proc.pid)) if memory is not None else 0
     try:
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -146,7 +165,54 @@ def run_subprocess(
         code, timed_out = proc.wait(), True
     proc.stdout.close()
     proc.stderr.close()
-    return RunResult(code, bytes(out), bytes(err[-_STDERR_KEEP:]), timed_out, truncated)
+    stderr = bytes(err[-_STDERR_KEEP:])
+    oom = over or (
+        memory is not None
+        and code != 0
+        and not (timed_out or truncated)
+        and _out_of_memory(code, bytes(head), peak, memory)
+    )
+    return RunResult(code, bytes(out), stderr, timed_out, truncated, peak, oom)
+
+
+def _limit_data(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+#: Seconds between two samples of a limited child's memory, and the share of its limit at which
+#: the sampler kills it: a child filling memory as fast as it can (~5 GB/s) stays under its limit.
+_SAMPLE = 0.01
+_WATCHDOG = 0.875
+
+
+def _hwm(pid: int) -> int:
+    """The peak resident memory (``VmHWM``, bytes) of the program ``pid`` runs; 0 once it exited.
+
+    Not ``wait4``'s ``ru_maxrss``: Linux carries into it the memory of the process that forked
+    the child (the agent's own), so a small child of a large agent would seem large.
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+#: How the runtimes of the render tools say an allocation failed: Go's fatal errors (kustomize,
+#: helm, sops) and C's/Python's (test programs). Read only from a child we limited.
+_OOM_MARKERS = (b"out of memory", b"cannot allocate memory", b"Cannot allocate memory", b"MemoryError")
+#: Go's collector may also crash outright when the kernel refuses it memory (a SIGSEGV in the
+#: runtime, exit 2): a failed child whose sampled peak came this close to its limit ran out of it.
+_NEAR_LIMIT = 0.75
+
+
+def _out_of_memory(code: int, stderr_head: bytes, peak: int, limit: int) -> bool:
+    return (
+        code == -signal.SIGKILL or peak >= _NEAR_LIMIT * limit or any(m in stderr_head for m in _OOM_MARKERS)
+    )
 
 
 def _feed(key: selectors.SelectorKey, pending: memoryview, sel: selectors.BaseSelector) -> memoryview:
@@ -230,11 +296,21 @@ def _run(
         return None, [RenderProblem(file, f"{what} could not be started: {e.strerror or e}")]
     if res.timed_out:
         return res, [RenderProblem(file, f"{what} timed out after {timeout:g}s")]
+    if res.out_of_memory:
+        return res, [memory_problem(file, what, res)]
     if res.truncated or len(res.stdout) > max_output:
         return res, [RenderProblem(file, f"{what} output exceeds the limit of {max_output} bytes")]
     if res.returncode != 0:
         return res, [RenderProblem(file, f"{what} failed (exit {res.returncode}): {_stderr(res.stderr)}")]
     return res, []
+
+
+def memory_problem(file: str, what: str, res: RunResult) -> RenderProblem:
+    """The render error of a child stopped at its memory limit (kept per revision by the cache)."""
+    peak = f" (peak {res.peak_rss / (1 << 20):.0f} MiB)" if res.peak_rss else ""
+    return RenderProblem(
+        file, f"{what} ran out of memory at the render limit (render_memory){peak}", limit=RenderLimit.MEMORY
+    )
 
 
 def _stderr(data: bytes) -> str:
@@ -282,111 +358,6 @@ def check_symlinks(directory: Path, tree: Path, rel: str) -> list[RenderProblem]
                     problems.append(RenderProblem(shown, f"dangling symlink ({os.readlink(p)})"))
         dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
     return problems
-
-
-def check_kustomization(directory: Path, tree: Path, seen: set[Path] | None = None) -> list[RenderProblem]:
-    """Refuse what would make ``kustomize build directory`` leave the repository or run code."""
-    seen = set() if seen is None else seen
-    directory = directory.resolve()
-    if directory in seen:
-        return []
-    seen.add(directory)
-    kfile = kustomization_file(directory)
-    rel_dir = directory.relative_to(tree).as_posix()
-    if kfile is None:
-        return [RenderProblem(rel_dir, "referenced as a kustomize base but has no kustomization.yaml")]
-    rel = kfile.relative_to(tree).as_posix()
-    problems = check_symlinks(directory, tree, rel_dir)
-    try:
-        text = kfile.read_text("utf-8")
-        data: Any = yaml.load(text, BoundedLoader)
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        return [
-            *problems,
-            RenderProblem(rel, f"invalid kustomization: {getattr(e, 'problem', None) or e}", line),
-        ]
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        return [*problems, RenderProblem(rel, "kustomization must be a mapping")]
-    for key in ("helmCharts", "helmChartInflationGenerator", "helmGlobals"):
-        if key in data:
-            problems.append(
-                RenderProblem(
-                    rel,
-                    f"{key} is refused (it runs helm inside kustomize and may download "
-                    "charts); render the chart through the cluster's helm settings",
-                )
-            )
-    for key in ("resources", "bases", "components", "generators", "transformers", "validators", "crds"):
-        entries = data.get(key) or []
-        if not isinstance(entries, list):
-            problems.append(RenderProblem(rel, f"{key} must be a list"))
-            continue
-        for entry in entries:
-            if not isinstance(entry, str) or "\n" in entry:
-                continue  # an inline generator/transformer config: validated by kustomize itself
-            found = _check_reference(entry, key, directory, tree, rel, seen)
-            problems.extend(_at_line(p, text, entry) if p.file == rel else p for p in found)
-    for patch in [*(data.get("patches") or []), *(data.get("patchesJson6902") or [])]:
-        if isinstance(patch, dict) and isinstance(patch.get("path"), str):
-            found = _check_reference(patch["path"], "patches", directory, tree, rel, seen, file_only=True)
-            problems.extend(_at_line(p, text, patch["path"]) for p in found)
-    return problems
-
-
-def _at_line(problem: RenderProblem, text: str, needle: str) -> RenderProblem:
-    """The problem pointed at the first line of ``text`` that mentions ``needle``."""
-    for i, line in enumerate(text.splitlines(), start=1):
-        if needle in line:
-            return replace(problem, line=i)
-    return problem
-
-
-def _check_reference(
-    entry: str, key: str, directory: Path, tree: Path, rel: str, seen: set[Path], *, file_only: bool = False
-) -> list[RenderProblem]:
-    target = (directory / entry).resolve()
-    local = target.exists() and not os.path.isabs(entry)
-    if not local and (_REMOTE.match(entry) or "?ref=" in entry or "//" in entry.strip("/")):
-        return [
-            RenderProblem(
-                rel,
-                f"{key}: remote reference {entry!r} is refused (render has no network; "
-                "vendor it into the repository)",
-            )
-        ]
-    if os.path.isabs(entry) or not _inside(target, tree):
-        return [RenderProblem(rel, f"{key}: {entry!r} leaves the repository")]
-    if not target.exists():
-        return [RenderProblem(rel, f"{key}: {entry!r} does not exist (remote references are refused)")]
-    if target.is_dir() and not file_only:
-        return check_kustomization(target, tree, seen)
-    return []
-
-
-def kustomize_build(
-    kustomize: Path, directory: Path, tree: Path, *, timeout: float, max_output: int, runner: Runner
-) -> ToolOutput:
-    """``kustomize build`` of ``directory`` (already checked with ``check_kustomization``)."""
-    rel = directory.relative_to(tree).as_posix()
-    argv = [str(kustomize), "build", str(directory), "--load-restrictor", "LoadRestrictionsRootOnly"]
-    with tempfile.TemporaryDirectory(prefix="gitops-agent-kustomize-") as home:
-        res, problems = _run(
-            f"kustomize build {rel}",
-            rel,
-            argv,
-            cwd=directory,
-            env=sandbox_env(Path(home)),
-            timeout=timeout,
-            max_output=max_output,
-            runner=runner,
-        )
-    if res is None or problems:
-        return ToolOutput("", tuple(problems))
-    return _decode(res, rel, f"kustomize build {rel}")
 
 
 # ---------------------------------------------------------------------------

@@ -20,9 +20,6 @@ Called by ``agent.report.diff`` (live: live object → server dry-run result) an
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
 import copy
 import difflib
 import json
@@ -33,7 +30,10 @@ import yaml
 
 from agent.model import Manifest
 from agent.plan import masking
+from agent.plan.masking import scrub, secret_strings
 from agent.report.model import FieldChange
+
+__all__ = ["diff_objects", "scrub", "secret_strings"]
 
 _SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink")
 #: Fields that identify an item of a list of objects, tried in order.
@@ -239,53 +239,3 @@ def _entry(head: str, value: Any, indent: int) -> list[str]:
     if isinstance(value, dict | list) and (value or isinstance(value, _Context | _Item)):
         return [head, *to_yaml_lines(value, indent + 2)]
     return [f"{head} {_scalar(value)}"]
-
-
-# -- secrets in free text -----------------------------------------------------------------
-
-
-def secret_strings(objects: Iterable[Manifest | None]) -> set[str]:
-    """Every Secret value (base64 and decoded), decrypted value and last-applied annotation
-    found in ``objects``."""
-    found: set[str] = set()
-    for obj in objects:
-        masks = masking.masks_of(obj)
-        if not masks:
-            continue
-        assert obj is not None
-        for path in masks.paths:
-            found.update(_leaf_strings(_at(obj, path)))
-        last = ((obj.get("metadata") or {}).get("annotations") or {}).get(masking.LAST_APPLIED)
-        if last:
-            found.add(str(last))
-        if not masks.secret:
-            continue
-        for value in (obj.get("data") or {}).values():
-            found.add(str(value))
-            with contextlib.suppress(binascii.Error, UnicodeDecodeError, ValueError):
-                found.add(base64.b64decode(str(value), validate=True).decode())
-        for value in (obj.get("stringData") or {}).values():
-            found.add(str(value))
-            found.add(base64.b64encode(str(value).encode()).decode())
-    return {s for s in found if len(s) >= 4}
-
-
-def _at(obj: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else None
-    return obj
-
-
-def _leaf_strings(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _leaf_strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _leaf_strings(v)]
-    return [] if value is None else [str(value)]
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every known secret string replaced by the mask (longest first)."""
-    for s in sorted(secrets, key=len, reverse=True):
-        text = text.replace(s, masking.MASK)
-    return text

@@ -264,16 +264,14 @@ def decide(
     return d
 
 
-def execute(
-    client: KubeClient, decision: PruneDecision, options: PruneOptions, *, reader: KubeClient | None = None
-) -> list[ApplyResult]:
+def execute(client: KubeClient, decision: PruneDecision, options: PruneOptions) -> list[ApplyResult]:
     """Orphan, then delete in reverse apply order; a failed or held delete stays in the inventory.
 
-    ``reader``: the client that reads what a delete would take with it (the agent's own, whose
-    view is not narrowed to one tenant's RBAC); ``client`` when not given.
+    What a delete would take with it is read as the identity that deletes (the app's
+    ServiceAccount, if it has one): the shipped RBAC lets that identity list its namespaces.
     """
     results = [_orphan(client, c, options) for c in decision.orphan]
-    held = _holds(reader or client, decision, options)
+    held = _holds(client, decision, options)
     for c in sorted(decision.delete, key=lambda c: (-phase_of(c.key), c.key)):
         if (hold := held.get(c.key)) is not None:
             results.append(

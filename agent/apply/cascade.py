@@ -119,7 +119,12 @@ def read(reader: KubeClient, candidates: Sequence[ObjectKey], *, owners_cascade:
     wide = everywhere or len(namespaces) > _MAX_NAMESPACED_READS
     seen: set[tuple[str, str]] = set()
     for info in discovery.all():
-        if (info.group, info.kind) in seen or "list" not in info.verbs or info.kind in _NOT_STATE:
+        if (
+            not info.kind
+            or info.kind in _NOT_STATE
+            or "list" not in info.verbs
+            or (info.group, info.kind) in seen
+        ):
             continue
         seen.add((info.group, info.kind))
         if not info.namespaced and not everywhere:

@@ -37,6 +37,7 @@ from agent.model import (
 from tests.agentkit import E2E, make_repo, unique, write_config
 from tests.appkit import AppsAgent, members, parent, write_apps_config
 from tests.clusters import ClusterPool, kubectl
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -320,3 +321,76 @@ def test_ownership_ends_objects_marked_keep_by_helm_argocd_or_flux_leave_the_inv
     assert not {k.name for k in agent.tracked()} & set(marks)
     out = json.loads(kubectl(a.kubeconfig, "get", "configmaps", "-n", ns, "-o", "json"))
     assert all(PART_OF not in (i["metadata"].get("labels") or {}) for i in out["items"])
+
+
+def owned_by(
+    cluster: LocalCluster, ns: str, kind: str, name: str, owner_uid: str, *, controller: bool
+) -> None:
+    """Give ``kind/name`` an ownerReference to the ConfigMap ``settings`` (a controller or a user)."""
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "settings",
+        "uid": owner_uid,
+        "controller": controller,
+    }
+    patch = json.dumps({"metadata": {"ownerReferences": [ref]}})
+    kubectl(cluster.kubeconfig, "patch", kind, name, "-n", ns, "--type=merge", "-p", patch)
+
+
+def test_each_app_alone_an_owner_whose_dependents_are_not_this_apps_is_kept_controller_dependents_go_with_it(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("owners")
+    files = {
+        "apps/infra/objects.yaml": NS.format(ns=ns) + "---\n" + CM.format(name="settings", ns=ns),
+        "apps/web/web.yaml": CM.format(name="web-data", ns=ns),
+    }
+    repo = make_repo(tmp_path, files)
+    apps = [
+        {"name": "infra", "path": "apps/infra"},
+        {"name": "web", "path": "apps/web", "depends_on": ["infra"]},
+    ]
+    cfg = write_apps_config(tmp_path, repo, a, apps)
+    agent = apps_agent(e2e, cfg, a)
+    converge(agent)
+    owner = uids(a, "configmaps", ns)["settings"]
+    # What a controller of infra's object made (goes with it), a user's copy and web's member
+    # that name it as their owner (neither is infra's to delete).
+    kubectl(a.kubeconfig, "create", "configmap", "settings-cache", "-n", ns, "--from-literal=k=v")
+    owned_by(a, ns, "configmap", "settings-cache", owner, controller=True)
+    kubectl(a.kubeconfig, "create", "secret", "generic", "users-copy", "-n", ns, "--from-literal=k=v")
+    owned_by(a, ns, "secret", "users-copy", owner, controller=False)
+    owned_by(a, ns, "configmap", "web-data", owner, controller=True)
+    before = uids(a, "configmaps", ns) | uids(a, "secrets", ns)
+    repo.commit(files | {"apps/infra/objects.yaml": NS.format(ns=ns)})
+    key = ObjectKey("", "ConfigMap", ns, "settings")
+    for _ in range(3):
+        results = agent.reconcile()
+        assert all(r.ok for r in results.values()), results
+        kept = result_for(results["infra"], key)
+        assert kept.outcome is Outcome.PRUNE_SKIPPED and kept.note is Note.HOLDS_FOREIGN, kept
+        assert "2 object(s)" in kept.message and "1 of app 'web'" in kept.message, kept.message
+        assert "1 in no ApplySet" in kept.message and "users-copy" in kept.message, kept.message
+        assert uids(a, "configmaps", ns) | uids(a, "secrets", ns) == before
+    # The user's copy gone, web's member no longer owned by it: only the controller's dependent
+    # is left, and it goes with its owner.
+    kubectl(a.kubeconfig, "delete", "secret", "users-copy", "-n", ns)
+    kubectl(
+        a.kubeconfig,
+        "patch",
+        "configmap",
+        "web-data",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/metadata/ownerReferences"}]',
+    )
+    results = agent.reconcile()
+    assert result_for(results["infra"], key).outcome is Outcome.PRUNED, results["infra"]
+    wait_for(
+        "the controller's dependent collected", lambda: "settings-cache" not in uids(a, "configmaps", ns), 30
+    )
+    assert uids(a, "configmaps", ns)["web-data"] == before["web-data"]

@@ -256,17 +256,20 @@ def _default(o: Listed, taken: Sequence[Listed], mine: set[str]) -> bool:
 
 def _hold(key: ObjectKey, foreign: Sequence[Listed], own: Ownership) -> Hold:
     counts: dict[str, int] = {}
+    first: dict[str, ObjectKey] = {}
     for o in foreign:
         counts[o.part_of] = counts.get(o.part_of, 0) + 1
+        first.setdefault(o.part_of, o.key)
     holders = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     parts = []
     for set_id, n in holders:
         if not set_id:
-            parts.append(f"{n} in no ApplySet (users' or other tools')")
+            whose = "in no ApplySet (users' or other tools', "
         elif set_id in own.set_names:
-            parts.append(f"{n} of app {own.set_names[set_id]!r}")
+            whose = f"of app {own.set_names[set_id]!r} ("
         else:
-            parts.append(f"{n} of another ApplySet ({set_id})")
+            whose = f"of another ApplySet ({set_id}, "
+        parts.append(f"{n} {whose}e.g. {first[set_id]})")
     what = (
         "its content"
         if _is_namespace(key)
@@ -276,7 +279,6 @@ def _hold(key: ObjectKey, foreign: Sequence[Listed], own: Ownership) -> Hold:
     )
     message = (
         f"kept: deleting it would delete with {what} {len(foreign)} object(s) that are not this app's:"
-        f" {', '.join(parts)}, e.g. {foreign[0].key}; it stays in the inventory and is deleted once"
-        " none is left"
+        f" {'; '.join(parts)}; it stays in the inventory and is deleted once none is left"
     )
     return Hold(key, Note.HOLDS_FOREIGN, message, len(foreign), holders)

@@ -20,6 +20,7 @@ import pytest
 from agent.apply.inventory import Member, applyset_id
 from agent.config.types import Config
 from agent.dev.process import LocalCluster
+from agent.errors import ScopeError
 from agent.kube.client import KubeClient
 from agent.model import (
     AGENT_LABEL,
@@ -34,6 +35,8 @@ from agent.model import (
     PassState,
     ScopeRule,
 )
+from agent.reconcile.reconciler import ClusterReconciler
+from agent.reconcile.takeover import run_takeover
 from tests.agentkit import E2E, make_repo, unique, write_config
 from tests.appkit import AppsAgent, members, parent, write_apps_config
 from tests.clusters import ClusterPool, kubectl
@@ -394,3 +397,43 @@ def test_each_app_alone_an_owner_whose_dependents_are_not_this_apps_is_kept_cont
         "the controller's dependent collected", lambda: "settings-cache" not in uids(a, "configmaps", ns), 30
     )
     assert uids(a, "configmaps", ns)["web-data"] == before["web-data"]
+
+
+def test_each_app_alone_takeover_refuses_an_app_declaring_an_inventory_parent_and_writes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("takeover")
+    files = {
+        "apps/infra/objects.yaml": NS.format(ns=ns) + "---\n" + CM.format(name="settings", ns=ns),
+        "apps/web/web.yaml": CM.format(name="web", ns=ns),
+    }
+    repo = make_repo(tmp_path, files)
+    apps = [{"name": "infra", "path": "apps/infra"}, {"name": "web", "path": "apps/web"}]
+    cfg = write_apps_config(tmp_path, repo, a, apps)
+    agent = apps_agent(e2e, cfg, a)
+    converge(agent)
+    victim, home = f"{cfg.agent.name}.infra", cfg.agent.namespace
+    # An operator's annotation (`gitops-agent resume` writes one) is held by another manager:
+    # a takeover naming it would force web's body, under the inventory's own manager, onto it.
+    store = parent(cfg, a, "infra")
+    try:
+        store.set_annotation(SUSPENDED, "false")
+    finally:
+        store.client.close()
+    before = json.loads(kubectl(a.kubeconfig, "get", "configmap", victim, "-n", home, "-o", "json"))
+    forged = (
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {victim}\n  namespace: {home}\n"
+        f'  annotations:\n    {SUSPENDED}: "true"\n'
+    )
+    repo.commit(files | {"apps/web/forged.yaml": forged})
+    web = next(app for app in cfg.apps if app.name == "web")
+    reconciler = ClusterReconciler(cfg, cfg.clusters[0])
+    try:
+        with pytest.raises(ScopeError) as refused:
+            run_takeover(reconciler, agent.revision(), [f"{cfg.agent.name}-operator"], apply=True, app=web)
+    finally:
+        reconciler.close()
+    assert refused.value.violations[0].rule is ScopeRule.INVENTORY_PARENT
+    after = json.loads(kubectl(a.kubeconfig, "get", "configmap", victim, "-n", home, "-o", "json"))
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]

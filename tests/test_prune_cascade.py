@@ -95,6 +95,9 @@ def test_unknown_is_not_absent_an_incomplete_cascade_listing_or_an_unserved_crd_
     assert held[NS].note is Note.CASCADE_UNKNOWN and "Widget.example.com (HTTP 403)" in held[NS].message
     held = holds([(CRD, "u")], Listing(crd_kinds={CRD: None}), own(extra=(CRD,)), owners_cascade=True)
     assert held[CRD].note is Note.CASCADE_UNKNOWN
+    # A delete that takes nothing with it (propagation orphan) is not held by what was not read.
+    cm = ObjectKey("", "ConfigMap", "shop", "x")
+    assert set(holds([(NS, "n"), (cm, "c")], listing, own(), owners_cascade=False)) == {NS}
 
 
 def test_only_deletes_that_can_take_something_with_them_cost_a_read() -> None:

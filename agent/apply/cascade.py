@@ -164,6 +164,7 @@ def holds(
     ``owners_cascade``: the delete's propagation policy deletes dependents (not ``orphan``); a
     Namespace's and a CRD's content goes whatever the policy.
     """
+    candidates = [(k, uid) for k, uid in candidates if needs_read([k], owners_cascade=owners_cascade)]
     if listing.incomplete:
         what = "; ".join(listing.incomplete)
         return {
@@ -183,8 +184,6 @@ def holds(
     pruned = {k for k, _ in candidates}
     out: dict[ObjectKey, Hold] = {}
     for key, uid in candidates:
-        if not (owners_cascade or _is_namespace(key) or _is_crd(key)):
-            continue
         taken = _taken_with(key, uid, listing, children)
         foreign = sorted(
             (o for o in taken if o.key not in pruned and o.uid not in mine and not _default(o, taken, mine)),

@@ -322,6 +322,13 @@ class Note(enum.StrEnum):
     API_NOT_SERVED = "api-not-served"
     #: Kept: it left Git but lies outside the app's scope, so this app never deletes it.
     OUT_OF_SCOPE = "out-of-scope"
+    #: Kept: deleting it would take with it objects that are not this app's (another app's or
+    #: tool's, users'): a CRD's custom resources, a Namespace's content, an owner's dependents.
+    HOLDS_FOREIGN = "holds-foreign"
+    #: Kept: what it would take with it could not be listed completely (unknown is not absent).
+    CASCADE_UNKNOWN = "cascade-unknown"
+    #: Kept: an ApplySet parent (an app's inventory) is never pruned by an app.
+    INVENTORY_PARENT = "inventory-parent"
 
 
 class ApiProblem(enum.StrEnum):
@@ -479,6 +486,9 @@ class ScopeRule(enum.StrEnum):
     #: It is in the agent's own namespace (inventories, approvals, suspension, Leases, Events),
     #: which an app acting as its own ServiceAccount never writes, whatever its scope says.
     AGENT_NAMESPACE = "agent-namespace"
+    #: It is an ApplySet parent of the agent (``<agent>`` or ``<agent>.<app>`` in the agent's
+    #: namespace): an app's inventory, which no app ever declares, writes or prunes, scoped or not.
+    INVENTORY_PARENT = "inventory-parent"
 
 
 @dataclass(frozen=True)
@@ -776,6 +786,14 @@ CLUSTER_LABEL = "gitops-agent.io/cluster"
 RECONCILE = "gitops-agent.io/reconcile"
 PRUNE = "gitops-agent.io/prune"
 DISABLED = "disabled"
+#: Other tools' annotations that keep an object when it leaves Git, honoured like ``PRUNE``:
+#: Helm's ``keep`` policy, Argo CD's sync-options (a comma list) with ``Prune=false`` or
+#: ``Delete=false``, Flux's ``prune: disabled``.
+HELM_RESOURCE_POLICY = "helm.sh/resource-policy"
+HELM_KEEP = "keep"
+ARGOCD_SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
+ARGOCD_NO_PRUNE = ("Prune=false", "Delete=false")
+FLUX_PRUNE = "kustomize.toolkit.fluxcd.io/prune"
 #: Users' annotations: fields to take over whatever the rules say; fields never to compare.
 FORCE_FIELDS = "gitops-agent.io/force-fields"
 IGNORE_FIELDS = "gitops-agent.io/ignore-fields"

@@ -14,9 +14,12 @@ a failed or partial listing, an empty render without ``allow_empty``
 (docs/safety.md rule 2), a set beyond the mass-deletion brake without the approval of
 that exact set's digest (docs/safety.md rule 3), a member outside the app's scope
 (``plan.scope``: an app never prunes outside it, whatever its inventory says).
-``gitops-agent.io/prune: disabled``
-orphans instead of deleting, without changing the object's content
-(docs/safety.md rule 9).
+``gitops-agent.io/prune: disabled``, and the keep annotations of the tools users come from
+(Helm's ``helm.sh/resource-policy: keep``, Argo CD's ``Prune=false``/``Delete=false``
+sync-options, Flux's ``kustomize.toolkit.fluxcd.io/prune: disabled``), orphan instead of
+deleting, without changing the object's content (docs/safety.md rule 9). An ApplySet parent is
+never pruned, and ``execute`` holds a delete that would take another app's, tool's or user's
+objects with it (``cascade``; docs/safety.md, "Each app alone").
 """
 
 from __future__ import annotations
@@ -24,15 +27,22 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agent.apply import cascade
 from agent.apply.inventory import Inventory
 from agent.config.types import CLUSTER_DEFAULTS, PropagationPolicy
 from agent.errors import ApiError
 from agent.kube.client import KubeClient
 from agent.model import (
+    ARGOCD_NO_PRUNE,
+    ARGOCD_SYNC_OPTIONS,
     DISABLED,
+    FLUX_PRUNE,
+    HELM_KEEP,
+    HELM_RESOURCE_POLICY,
+    ID_LABEL,
     PART_OF,
     PRUNE,
     RECONCILE,
@@ -43,6 +53,7 @@ from agent.model import (
     Outcome,
     PruneReason,
     PruneRefusal,
+    ScopeRule,
     phase_of,
 )
 from agent.plan.scope import Scope
@@ -64,6 +75,8 @@ class PruneOptions:
     app: str | None = None
     #: The app's scope: a member outside it is kept, never deleted (None: unrestricted).
     scope: Scope | None = None
+    #: ApplySet id → app name, for the cluster's apps: a held delete names whose objects it would take.
+    set_names: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,8 @@ class Candidate:
     key: ObjectKey
     uid: str
     api_version: str
+    #: For an orphan: the annotation that keeps it (``key: value``), named in the report.
+    kept_by: str = ""
 
 
 @dataclass
@@ -83,11 +98,18 @@ class PruneDecision:
     kept: dict[ObjectKey, str] = field(default_factory=dict)
     #: Gone already (or no longer ours): dropped from the inventory.
     gone: set[ObjectKey] = field(default_factory=set)
-    #: Kept because they lie outside the app's scope (also in ``kept``, with the rule named).
-    out_of_scope: set[ObjectKey] = field(default_factory=set)
+    #: What a kept object's result is about (out of scope, an inventory parent), for machines.
+    notes: dict[ObjectKey, Note] = field(default_factory=dict)
     #: A refusal of every deletion in this pass (its message in users' words).
     refusal: PruneRefusal | None = None
     digest: str = ""
+    #: This app's members and their recorded UIDs: what a delete may take with it (``cascade``).
+    own: cascade.Ownership | None = None
+
+    @property
+    def out_of_scope(self) -> set[ObjectKey]:
+        """Kept because they lie outside the app's scope (also in ``kept``, with the rule named)."""
+        return {k for k, n in self.notes.items() if n is Note.OUT_OF_SCOPE}
 
     @property
     def refused(self) -> str | None:
@@ -99,6 +121,25 @@ def prune_digest(candidates: Iterable[Candidate]) -> str:
     """Names an exact prune set; an approval is valid for this set only."""
     lines = sorted(f"{c.key}|{c.uid}" for c in candidates)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def keep_annotation(annotations: Mapping[str, str]) -> str:
+    """The annotation (``key: value``) that keeps an object when it leaves Git; "" when none does.
+
+    Ours, and those of the tools users come from, so an object they marked is never deleted by
+    a move to the agent: Helm's resource policy (cert-manager marks its CRDs), Argo CD's
+    sync-options, Flux's prune annotation.
+    """
+    if annotations.get(PRUNE) == DISABLED:
+        return f"{PRUNE}: {DISABLED}"
+    if annotations.get(HELM_RESOURCE_POLICY, "").strip().lower() == HELM_KEEP:
+        return f"{HELM_RESOURCE_POLICY}: {annotations[HELM_RESOURCE_POLICY]}"
+    options = {o.strip() for o in annotations.get(ARGOCD_SYNC_OPTIONS, "").split(",")}
+    if found := sorted(options & set(ARGOCD_NO_PRUNE)):
+        return f"{ARGOCD_SYNC_OPTIONS}: {found[0]}"
+    if annotations.get(FLUX_PRUNE) == DISABLED:
+        return f"{FLUX_PRUNE}: {DISABLED}"
+    return ""
 
 
 def owns_membership_label(live: Manifest, field_manager: str) -> bool:
@@ -161,7 +202,8 @@ def decide(
         outside = options.scope.violation(key) if options.scope is not None else None
         if outside is not None:
             d.kept[key] = f"outside the app's scope ({outside[1]}): this app never deletes it"
-            d.out_of_scope.add(key)
+            parent = outside[0] is ScopeRule.INVENTORY_PARENT
+            d.notes[key] = Note.INVENTORY_PARENT if parent else Note.OUT_OF_SCOPE
             continue
         if (key.group, key.kind) not in listed_complete:
             d.kept[key] = "its kind was not listed in this pass"
@@ -176,7 +218,12 @@ def decide(
         # re-creating an object and narrowing the inventory leaves the old UID behind. Ownership
         # of the label by our Apply entry is the evidence (a restore tool's copy fails it), and
         # the delete's UID precondition uses the UID this pass listed.
-        if (meta.get("labels") or {}).get(PART_OF) != options.inventory_id:
+        labels = meta.get("labels") or {}
+        candidate = Candidate(key, meta.get("uid", ""), obj.get("apiVersion", ""))
+        if ID_LABEL in labels:  # an ApplySet's parent (another app's, tool's): never a member to delete
+            d.kept[key] = f"an ApplySet parent ({ID_LABEL}={labels[ID_LABEL]}): no app ever prunes one"
+            d.notes[key] = Note.INVENTORY_PARENT
+        elif labels.get(PART_OF) != options.inventory_id:
             d.gone.add(key)  # someone took it out of the set: no longer ours to track
         elif annotations.get(RECONCILE) == DISABLED:
             d.kept[key] = f"{RECONCILE}: {DISABLED}"
@@ -184,10 +231,16 @@ def decide(
             d.kept[key] = (
                 "our Apply entry does not own its membership label (restored or edited); not deleting"
             )
-        elif annotations.get(PRUNE) == DISABLED:
-            d.orphan.append(Candidate(key, meta.get("uid", ""), obj.get("apiVersion", "")))
+        elif kept_by := keep_annotation(annotations):
+            d.orphan.append(replace(candidate, kept_by=kept_by))
         else:
-            d.delete.append(Candidate(key, meta.get("uid", ""), obj.get("apiVersion", "")))
+            d.delete.append(candidate)
+    d.own = cascade.Ownership(
+        options.inventory_id,
+        frozenset(inventory.members),
+        frozenset(m.uid for m in inventory.members.values() if m.uid),
+        options.set_names,
+    )
     d.digest = prune_digest(d.delete)
     size = len(inventory.members)
     n = len(d.delete)
@@ -212,21 +265,45 @@ def decide(
 
 
 def execute(client: KubeClient, decision: PruneDecision, options: PruneOptions) -> list[ApplyResult]:
-    """Orphan, then delete in reverse apply order; a failed delete stays in the inventory."""
+    """Orphan, then delete in reverse apply order; a failed or held delete stays in the inventory.
+
+    What a delete would take with it is read as the identity that deletes (the app's
+    ServiceAccount, if it has one): the shipped RBAC lets that identity list its namespaces.
+    """
     results = [_orphan(client, c, options) for c in decision.orphan]
+    held = _holds(client, decision, options)
     for c in sorted(decision.delete, key=lambda c: (-phase_of(c.key), c.key)):
-        results.append(_delete(client, c, options))
+        if (hold := held.get(c.key)) is not None:
+            results.append(
+                ApplyResult(c.key, Outcome.PRUNE_SKIPPED, message=hold.message, uid=c.uid, note=hold.note)
+            )
+        else:
+            results.append(_delete(client, c, options))
     for key, why in sorted(decision.kept.items()):
-        note = Note.OUT_OF_SCOPE if key in decision.out_of_scope else None
-        results.append(ApplyResult(key, Outcome.PRUNE_SKIPPED, message=why, note=note))
+        results.append(ApplyResult(key, Outcome.PRUNE_SKIPPED, message=why, note=decision.notes.get(key)))
     return results
+
+
+def _holds(
+    reader: KubeClient, decision: PruneDecision, options: PruneOptions
+) -> dict[ObjectKey, cascade.Hold]:
+    """The deletes that would take objects that are not this app's with them (no request when
+    nothing is deleted, or nothing deleted can take anything with it)."""
+    owners_cascade = options.propagation is not PropagationPolicy.ORPHAN
+    keys = [c.key for c in decision.delete]
+    if not keys or decision.own is None or not cascade.needs_read(keys, owners_cascade=owners_cascade):
+        return {}
+    try:
+        listing = cascade.read(reader, keys, owners_cascade=owners_cascade)
+    except ApiError as e:  # discovery itself failed: nothing can be known about any cascade
+        listing = cascade.Listing(incomplete=[f"discovery (HTTP {e.status or e.transport})"])
+    candidates = [(c.key, c.uid) for c in decision.delete]
+    return cascade.holds(candidates, listing, decision.own, owners_cascade=owners_cascade)
 
 
 def _delete(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyResult:
     try:
         info = client.resource(c.api_version, c.key.kind)
-        if blocker := _still_holds_foreign(client, c):
-            return ApplyResult(c.key, Outcome.PRUNE_SKIPPED, message=blocker, uid=c.uid)
         client.delete(
             info,
             c.key.namespace or None,
@@ -247,50 +324,6 @@ def _delete(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyRes
             note=Note.DELETE_REFUSED,
         )
     return ApplyResult(c.key, Outcome.PRUNED, uid=c.uid)
-
-
-#: What the control plane itself creates in every namespace: not a reason to keep one.
-_NAMESPACE_DEFAULTS = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
-
-
-def _still_holds_foreign(client: KubeClient, c: Candidate) -> str:
-    """A Namespace or CRD that still holds objects we do not own is reported, not deleted."""
-    if c.key.group == "" and c.key.kind == "Namespace":
-        seen: set[tuple[str, str]] = set()
-        for info in client.discovery().all():
-            if not info.namespaced or "list" not in info.verbs or (info.group, info.kind) in seen:
-                continue
-            if info.kind == "Event":
-                continue
-            seen.add((info.group, info.kind))
-            try:
-                page = client.request("GET", info.base_path(c.key.name), query={"limit": "50"})
-            except ApiError:
-                return f"could not check what namespace {c.key.name} holds; not deleting"
-            for it in page.get("items") or []:
-                meta = it.get("metadata") or {}
-                if (
-                    PART_OF not in (meta.get("labels") or {})
-                    and (info.kind, meta.get("name")) not in _NAMESPACE_DEFAULTS
-                ):
-                    name = meta.get("name")
-                    return f"namespace still holds {info.kind} {name} that we do not own; not deleting"
-    if (c.key.group, c.key.kind) == ("apiextensions.k8s.io", "CustomResourceDefinition"):
-        crd = client.get(client.resource(c.api_version, c.key.kind), None, c.key.name) or {}
-        spec = crd.get("spec") or {}
-        for v in spec.get("versions") or []:
-            if not v.get("storage"):
-                continue
-            served = client.discovery(refresh=True).find(
-                f"{spec.get('group')}/{v.get('name')}", (spec.get("names") or {}).get("kind", "")
-            )
-            if served is None:
-                continue
-            for it in client.list(served).items:
-                if PART_OF not in ((it.get("metadata") or {}).get("labels") or {}):
-                    name = (it.get("metadata") or {}).get("name")
-                    return f"CRD still has custom resources we do not own ({name}); not deleting"
-    return ""
 
 
 def _orphan(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyResult:
@@ -326,7 +359,7 @@ def _orphan(client: KubeClient, c: Candidate, options: PruneOptions) -> ApplyRes
     return ApplyResult(
         c.key,
         Outcome.ORPHANED,
-        message=f"{PRUNE}: {DISABLED}; left in place, no longer tracked",
+        message=f"{c.kept_by or f'{PRUNE}: {DISABLED}'}; left in place, no longer tracked",
         uid=c.uid,
     )
 

@@ -4,7 +4,9 @@ The pass, ``gitops-agent diff`` and the prune guard ask ``Scope.violation`` of e
 before any request is made for the app: an app that declares something outside its scope
 fails closed, like a render error, naming each object, its file and the rule it breaks; an
 inventory member outside it is never pruned by that app. The rules, in the order they are
-checked: an app acting as its own ServiceAccount never writes the agent's namespace (where
+checked: no app, scoped or not, declares an ApplySet parent of the agent (``inventory_parent``:
+its apply, under the agent's own field manager, would overwrite that app's member list and
+annotations); an app acting as its own ServiceAccount never writes the agent's namespace (where
 inventories, prune approvals and suspension live); cluster-scoped objects only with
 ``allow_cluster_scoped``; namespaces matching ``allowed_namespaces``; kinds matching
 ``allowed_kinds``. Namespaced-ness comes from the key: objects are prepared (a namespaced
@@ -30,15 +32,18 @@ class Scope:
     cluster_scoped: bool = CLUSTER_DEFAULTS.allow_cluster_scoped
     #: The agent's namespace when the app acts as its own ServiceAccount (closed to it), else "".
     agent_namespace: str = ""
+    #: (agent name, agent namespace): where the agent's ApplySet parents are, closed to every app.
+    parents: tuple[str, str] | None = None
 
     @classmethod
-    def of(cls, app: AppConfig, agent_namespace: str) -> Scope:
+    def of(cls, app: AppConfig, agent_namespace: str, agent: str = "") -> Scope:
         s = app.settings
         return cls(
             namespaces=s.allowed_namespaces,
             kinds=s.allowed_kinds,
             cluster_scoped=s.allow_cluster_scoped,
             agent_namespace=agent_namespace if s.service_account else "",
+            parents=(agent, agent_namespace) if agent else None,
         )
 
     @property
@@ -52,6 +57,11 @@ class Scope:
 
     def violation(self, key: ObjectKey) -> tuple[ScopeRule, str] | None:
         """The first rule ``key`` breaks, with why in users' words; None when it is in scope."""
+        if self.parents is not None and inventory_parent(key, *self.parents):
+            return ScopeRule.INVENTORY_PARENT, (
+                f"it is the agent's ApplySet parent {key.name} (an app's inventory: its members,"
+                " suspension, prune approvals): no app declares, writes or prunes one"
+            )
         if self.unrestricted:
             return None
         ns = key.namespace
@@ -73,7 +83,7 @@ class Scope:
 
     def violations(self, objects: Iterable[DesiredObject], app: str) -> tuple[ScopeViolation, ...]:
         """Every object of ``objects`` outside this scope, named with its file and rule."""
-        if self.unrestricted:
+        if self.unrestricted and self.parents is None:
             return ()
         out = []
         for obj in objects:
@@ -84,6 +94,17 @@ class Scope:
                     ScopeViolation(obj.key, rule, f"{obj.key} ({obj.provenance}): {why} (app {app!r})")
                 )
         return tuple(out)
+
+
+def inventory_parent(key: ObjectKey, agent: str, namespace: str) -> bool:
+    """Is ``key`` where an ApplySet parent of ``agent`` lives: the ConfigMap ``<agent>`` (a
+    `[[clusters]]` entry's own app) or ``<agent>.<app>`` in the agent's namespace?"""
+    return (
+        key.group == ""
+        and key.kind == "ConfigMap"
+        and key.namespace == namespace
+        and (key.name == agent or key.name.startswith(f"{agent}."))
+    )
 
 
 def _is_namespace(key: ObjectKey, name: str) -> bool:

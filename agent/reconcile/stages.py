@@ -119,7 +119,8 @@ class ClusterStages:
 
     def scope_of(self, app: AppConfig | None) -> Scope | None:
         """``app``'s scope (None: the cluster entry's own app outside a pass, unrestricted)."""
-        return Scope.of(app, self.config.agent.namespace) if app is not None else None
+        agent = self.config.agent
+        return Scope.of(app, agent.namespace, agent.name) if app is not None else None
 
     def scope_violations(
         self, app: AppConfig | None, desired: list[DesiredObject]
@@ -436,4 +437,7 @@ class ClusterStages:
             dry_run=dry_run,
             app=None if app is None or app.implicit else app.name,
             scope=self.scope_of(app),
+            set_names={
+                applyset_id(self.parent_of(a.name), self.config.agent.namespace): a.name for a in self.apps
+            },
         )

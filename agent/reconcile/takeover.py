@@ -40,7 +40,7 @@ from typing import Any
 
 from agent.apply.inventory import widen
 from agent.config.types import Adopt, AppConfig, ConflictRule
-from agent.errors import ApiError, ClusterError
+from agent.errors import ApiError, ClusterError, ScopeError
 from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
@@ -322,6 +322,10 @@ def run_takeover(
         store = reconciler.store_for(reconciler.parent_of(app.name))
         rendered = reconciler.render_app(app, revision)
         desired = reconciler.prepare(rendered, store.id, default_namespace=app.settings.default_namespace)
+        # As in a pass: nothing is written for an app declaring objects outside its scope (an
+        # inventory parent, whatever its scope, among them).
+        if violations := reconciler.scope_violations(app, desired):
+            raise ScopeError(violations, cluster=reconciler.cluster.name, app=app.name)
         reconciler.load_schema(desired)
     by_key = {o.key: o for o in desired}
     live = reconciler.read_live(set(by_key), desired)

@@ -191,16 +191,7 @@ class Fleet:
         deadline = slot.cluster.settings.pass_deadline
         wanted = list(slot.status.apps) if apps is None else [a for a in apps if a in slot.status.apps]
         if slot.stuck is not None and slot.stuck.is_alive():
-            now = time.monotonic()
-            for app in wanted:  # an attempt all the same: its backoff counts from now
-                slot.status.app(app).last_run = slot.status.app(app).last_end = now
-            stuck = Failure(
-                FailureReason.TIMEOUT,
-                f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
-                "for the cluster; no new pass until it returns",
-                PassState.TIMED_OUT,
-            )
-            return self._record_all(slot, self._failed(slot, wanted, revisions, stuck))
+            return self._still_stuck(slot, wanted, revisions)
         reconciler = slot.reconciler
         box: dict[str, list[ClusterResult]] = {}
         short = ", ".join(sorted({r.short for r in revisions.values()}))
@@ -219,9 +210,7 @@ class Fleet:
         slot.running = t
         slot.status.state = PassState.RUNNING
         started = time.monotonic()
-        for app in wanted:
-            st = slot.status.app(app)
-            st.last_run = started
+        self._clock(slot, wanted, started)
         if self.observer is not None and not dry_run:
             sources = {a.name: a.source for a in cluster_apps(self.config, slot.cluster)}
             for app in wanted:
@@ -240,12 +229,31 @@ class Fleet:
             slot.running = None
         if done is None:
             done = self._failed(slot, wanted, revisions, self._abandoned(deadline))
-        ended = time.monotonic()
-        for r in done:  # dependencies the pass ran first count as run now too
-            if r.app in slot.status.apps:
-                st = slot.status.app(r.app)
-                st.last_run, st.last_end = started, ended
+        # Dependencies the pass ran first count as run now too.
+        self._clock(slot, [r.app for r in done], started, time.monotonic())
         return self._record_all(slot, done)
+
+    def _still_stuck(self, slot: _Slot, apps: list[str], revisions: Revisions) -> list[ClusterResult]:
+        """No pass while the one abandoned at its deadline still waits for the cluster: each of
+        ``apps`` fails at once, an attempt all the same (its backoff counts from now)."""
+        now = time.monotonic()
+        self._clock(slot, apps, now, now)
+        stuck = Failure(
+            FailureReason.TIMEOUT,
+            f"timed out: the pass abandoned at its {slot.cluster.settings.pass_deadline:g}s deadline is "
+            "still waiting for the cluster; no new pass until it returns",
+            PassState.TIMED_OUT,
+        )
+        return self._record_all(slot, self._failed(slot, apps, revisions, stuck))
+
+    @staticmethod
+    def _clock(slot: _Slot, apps: Iterable[str], started: float, ended: float | None = None) -> None:
+        """When the pass of each of ``apps`` started and (``ended``) ended: their clocks (``due``)."""
+        for app in apps:
+            if app in slot.status.apps:
+                st = slot.status.app(app)
+                st.last_run = started
+                st.last_end = ended if ended is not None else st.last_end
 
     def _failed(
         self, slot: _Slot, apps: list[str], revisions: Revisions, failure: Failure

@@ -204,9 +204,10 @@ def render(results: dict[str, Any]) -> str:
     if "isolation" in results:
         iso = results["isolation"]
         lines += [
-            f"## Isolation (3 clusters x {iso['objects_per_cluster']} objects, one frozen with SIGSTOP)",
+            f"## Isolation (3 clusters x {iso['objects_per_cluster']} objects, one frozen with SIGSTOP;"
+            " apps of one cluster, one failing)",
             "",
-            "| figure | ratio | frozen | baseline | target |",
+            "| figure | ratio | frozen or failing | baseline | target |",
             "|---|---|---|---|---|",
         ]
         for row in iso["rows"]:

@@ -183,8 +183,9 @@ def test_a_scheduled_pass_runs_the_apps_that_are_due_each_on_its_own_interval_an
     fleet.record(_result("infra", rev.sha, failed=True))
     fleet.record(_result("batch", rev.sha))
     assert st.app("web").state is PassState.WAITING and st.app("web").failures == 0
-    # 5 s later: infra's first backoff (base 10 s) is not over, web still waits on it.
-    assert fleet.due_apps("c", rev, now=1005.0, base=10.0) == ["web"]
+    # 5 s later: infra's first backoff (base 10 s) is not over, and web, waiting on it, is due
+    # with it (not before: web's pass would run infra too, before its backoff is over).
+    assert fleet.due_apps("c", rev, now=1005.0, base=10.0) == []
     assert fleet.due_apps("c", rev, now=1011.0, base=10.0) == ["web", "infra"]
     fleet.record(_result("web", rev.sha))
     fleet.record(_result("infra", rev.sha))

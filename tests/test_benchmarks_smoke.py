@@ -369,8 +369,9 @@ def test_benchmarks_capacity_smoke_measures_each_fleet_size_from_outside_the_age
 def test_benchmarks_memory_and_isolation_smoke_measure_the_agent_on_three_tiny_clusters(
     tmp_path: Path,
 ) -> None:
-    """Benchmarks 4 and 6 at tiny sizes: the agent's peak RSS from the kernel for both passes, and
-    the healthy clusters' pass latencies with one of three frozen (its error named)."""
+    """Benchmarks 4 and 6 at tiny sizes: the agent's peak RSS from the kernel for both passes, the
+    healthy clusters' pass latencies with one of three frozen (its error named), and the healthy
+    apps' pass latencies with one app failing (its error named)."""
     clusters.require_control_plane()
     assert main(["memory", "--memory-sizes", "30", "--out", str(tmp_path / "m")]) == 0
     mem = json.loads(next((tmp_path / "m").glob("memory-*.json")).read_text())["memory"]
@@ -380,5 +381,8 @@ def test_benchmarks_memory_and_isolation_smoke_measure_the_agent_on_three_tiny_c
     assert row["peak_mb"] == max(row["apply"]["peak_mb"], row["steady"]["peak_mb"])
     assert main(["isolation", "--isolation-size", "20", "--reps", "1", "--out", str(tmp_path / "i")]) == 0
     iso = json.loads(next((tmp_path / "i").glob("isolation-*.json")).read_text())["isolation"]
-    (row,) = iso["rows"]
+    row, apps = iso["rows"]
     assert row["baseline_runs"] and row["frozen_runs"] and row["frozen_cluster_error"], row
+    assert apps["baseline_runs"] and apps["failing_runs"] and apps["failing_app_error"], apps
+    # Not the 1.10x target (a smoke run is too short to judge it), but no backoff in the way.
+    assert apps["failing_app_failures"] >= 1 and apps["time_ratio"] < 2, apps

@@ -128,7 +128,7 @@ class AgentSettings:
     shutdown_grace: float = 30.0
     #: /healthz fails when the scheduler has not ticked for this long.
     stuck_after: float = 120.0
-    #: Per-cluster backoff after failures: base doubles per consecutive failure, up to cap.
+    #: Per-app backoff after failures: base doubles per consecutive failure, up to cap.
     backoff_base: float = 10.0
     backoff_cap: float = 600.0
     #: How often the config file is checked for changes (0 disables reloading).

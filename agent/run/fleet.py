@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -38,6 +38,7 @@ from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import RenderCache
 from agent.report import events
+from agent.run.due import AppClock, Decision, Timing, backoff_delay, decide
 from agent.run.health_watch import HealthWatch
 from agent.run.lease import FencedClient
 from agent.run.server import Metrics
@@ -49,11 +50,6 @@ log = structlog.get_logger("gitops_agent.fleet")
 
 BACKOFF_BASE = AGENT_DEFAULTS.backoff_base
 BACKOFF_CAP = AGENT_DEFAULTS.backoff_cap
-
-
-def backoff_delay(failures: int, *, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
-    """Exponential backoff after ``failures`` consecutive failures (0 → no delay)."""
-    return 0.0 if failures <= 0 else min(cap, base * 2 ** (failures - 1))
 
 
 @dataclass
@@ -195,13 +191,7 @@ class Fleet:
         deadline = slot.cluster.settings.pass_deadline
         wanted = list(slot.status.apps) if apps is None else [a for a in apps if a in slot.status.apps]
         if slot.stuck is not None and slot.stuck.is_alive():
-            stuck = Failure(
-                FailureReason.TIMEOUT,
-                f"timed out: the pass abandoned at its {deadline:g}s deadline is still waiting "
-                "for the cluster; no new pass until it returns",
-                PassState.TIMED_OUT,
-            )
-            return self._record_all(slot, self._failed(slot, wanted, revisions, stuck))
+            return self._still_stuck(slot, wanted, revisions)
         reconciler = slot.reconciler
         box: dict[str, list[ClusterResult]] = {}
         short = ", ".join(sorted({r.short for r in revisions.values()}))
@@ -220,9 +210,7 @@ class Fleet:
         slot.running = t
         slot.status.state = PassState.RUNNING
         started = time.monotonic()
-        for app in wanted:
-            st = slot.status.app(app)
-            st.last_run = started
+        self._clock(slot, wanted, started)
         if self.observer is not None and not dry_run:
             sources = {a.name: a.source for a in cluster_apps(self.config, slot.cluster)}
             for app in wanted:
@@ -241,10 +229,31 @@ class Fleet:
             slot.running = None
         if done is None:
             done = self._failed(slot, wanted, revisions, self._abandoned(deadline))
-        for r in done:  # dependencies the pass ran first count as run now too
-            if r.app in slot.status.apps and r.app not in wanted:
-                slot.status.app(r.app).last_run = started
+        # Dependencies the pass ran first count as run now too.
+        self._clock(slot, [r.app for r in done], started, time.monotonic())
         return self._record_all(slot, done)
+
+    def _still_stuck(self, slot: _Slot, apps: list[str], revisions: Revisions) -> list[ClusterResult]:
+        """No pass while the one abandoned at its deadline still waits for the cluster: each of
+        ``apps`` fails at once, an attempt all the same (its backoff counts from now)."""
+        now = time.monotonic()
+        self._clock(slot, apps, now, now)
+        stuck = Failure(
+            FailureReason.TIMEOUT,
+            f"timed out: the pass abandoned at its {slot.cluster.settings.pass_deadline:g}s deadline is "
+            "still waiting for the cluster; no new pass until it returns",
+            PassState.TIMED_OUT,
+        )
+        return self._record_all(slot, self._failed(slot, apps, revisions, stuck))
+
+    @staticmethod
+    def _clock(slot: _Slot, apps: Iterable[str], started: float, ended: float | None = None) -> None:
+        """When the pass of each of ``apps`` started and (``ended``) ended: their clocks (``due``)."""
+        for app in apps:
+            if app in slot.status.apps:
+                st = slot.status.app(app)
+                st.last_run = started
+                st.last_end = ended if ended is not None else st.last_end
 
     def _failed(
         self, slot: _Slot, apps: list[str], revisions: Revisions, failure: Failure
@@ -378,33 +387,49 @@ class Fleet:
         jitter: float = SCHEDULE_JITTER,
         now: float | None = None,
     ) -> list[str]:
-        """The apps of ``name`` a scheduled pass runs now: never run, a new revision of their
-        source, waiting on a dependency, their backoff over after failures, or (healthy) their
-        ``reconcile_interval`` elapsed. The cluster's job runs at the soonest of these; a
-        jittered run may come a little early, so an interval counts as elapsed within its jitter."""
+        """The apps of ``name`` a scheduled pass runs now (``due.decide``): never run, a new
+        revision of their source, their backoff over after failures, with the dependency they
+        wait on, or (healthy) their ``reconcile_interval`` elapsed, within its jitter."""
+        return list(self.schedule(name, revision, Timing(base, cap, jitter), now=now).due)
+
+    def schedule(
+        self,
+        name: str,
+        revision: Revision | Revisions,
+        timing: Timing,
+        *,
+        now: float | None = None,
+        woken: Collection[str] = (),
+        sources: Collection[str] | None = None,
+    ) -> Decision:
+        """``due.decide`` on the clocks of ``name``'s apps: which are due at ``now`` and when the
+        cluster's job wakes next. ``woken``: apps whose dependency rolled out since their pass;
+        ``sources``: only the apps of these sources count (None: every app)."""
         slot = self._slots[name]
         revisions = revisions_of(self.config, revision)
-        now = time.monotonic() if now is None else now
-        out = []
+        clocks = []
         for app in cluster_apps(self.config, slot.cluster):
+            if sources is not None and app.source not in sources:
+                continue
             st = slot.status.app(app.name)
             rev = revisions.get(app.source)
-            if (
-                st.last_run is None
-                or st.state is PassState.WAITING
-                or (rev is not None and rev.sha != st.last_revision)
-            ):
-                out.append(app.name)
-            else:
-                elapsed = now - st.last_run
-                if st.failures:
-                    wait = backoff_delay(st.failures, base=base, cap=cap)
-                else:
-                    interval = app.settings.reconcile_interval
-                    wait = interval - interval * jitter - 1.0
-                if elapsed >= wait:
-                    out.append(app.name)
-        return out
+            # A pass that waited leaves ``last_revision`` alone (it was no pass of the app).
+            waited = st.last_result if st.state is PassState.WAITING else None
+            clocks.append(
+                AppClock(
+                    app.name,
+                    app.settings.reconcile_interval,
+                    last_run=st.last_run,
+                    last_end=st.last_end,
+                    failures=st.failures,
+                    seen=waited.revision if waited else st.last_revision,
+                    current=rev.sha if rev is not None else None,
+                    waiting_on=tuple(waited.waiting_on) if waited else (),
+                    woken=app.name in woken,
+                )
+            )
+        now = time.monotonic() if now is None else now
+        return decide(clocks, now, timing)
 
     def reconcile_one(
         self, name: str, revision: Revision | Revisions, *, dry_run: bool = False

@@ -5,11 +5,10 @@
 new revision triggers the clusters with an app on that source, where each app renders
 its own source's latest revision (a failing source's last good one); one reconcile job per
 cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
-cluster never holds a worker another cluster needs), triggered by a new
-revision, by ``sync`` and by the drift interval (its apps' shortest; coalescing,
-jitter), with exponential per-app backoff after failures (reset on success).
-A triggered pass runs the cluster's apps that are due (``Fleet.due_apps``); a
-``sync``, a config reload or a Lease acquired runs all of them. A tick job
+cluster never holds a worker another cluster needs), triggered by a new revision and by
+``sync``, and after each pass woken at its earliest app due (``due.decide``: each app's own
+interval or backoff, jitter; coalescing). A pass runs the apps that are due; a ``sync``, a
+config reload or a Lease acquired runs all of them. A tick job
 whose silence is the only thing ``/healthz`` reports (docs/safety.md rule 7); config
 reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM. With
 ``[[notifications]]``, a ``Notifier`` the fleet tells of every pass and wait (alerts, commit
@@ -54,7 +53,8 @@ from agent.notify.delivery import NotifyMetrics
 from agent.notify.notifier import Notifier
 from agent.reconcile.apps import cluster_apps
 from agent.run import record_store
-from agent.run.fleet import Fleet, backoff_delay
+from agent.run.due import DueReason, Timing
+from agent.run.fleet import Fleet
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
 from agent.run.receiver import Receiver
@@ -118,6 +118,7 @@ class Daemon:
         self.sources = sources
         self.fleet = fleet
         self.opts = options or DaemonOptions.from_config(config)
+        self._timing = Timing(self.opts.backoff_base, self.opts.backoff_cap, self.opts.jitter)
         #: Builds the sources of a reloaded config whose sources changed.
         self.source_factory = source_factory
         self.metrics = fleet.metrics
@@ -136,6 +137,8 @@ class Daemon:
         self._lock = threading.Lock()
         self._in_job: set[str] = set()
         self._queued: dict[str, tuple[datetime, str]] = {}
+        #: Cluster → its apps whose dependency rolled out: due at its next pass.
+        self._woken: dict[str, set[str]] = {}
         #: Clusters whose next pass runs every app, not only the due ones (sync, reload, Lease).
         self._forced: set[str] = set()
         self._config_stamp = self._stamp()
@@ -389,6 +392,8 @@ class Daemon:
             self.page.record_healths(name, healths, may_write=self._may_write(name))
         unblocked = self.fleet.health.unblocks(name, healths)
         if unblocked:
+            with self._lock:
+                self._woken.setdefault(name, set()).update(unblocked)
             why = f"dependency rolled out (waiting: {', '.join(unblocked)})"
             self._schedule(name, datetime.now(UTC), why)
         self._wake_health(name)
@@ -435,7 +440,7 @@ class Daemon:
         )
 
     def _interval(self, c: ClusterConfig) -> float:
-        """A cluster's job runs at its apps' shortest interval; each pass runs the apps due."""
+        """The job's own interval, its apps' shortest: a floor under the wakes its passes set."""
         return min((a.settings.reconcile_interval for a in self.config.apps_of(c.name)), default=None) or (
             c.settings.reconcile_interval
         )
@@ -535,16 +540,16 @@ class Daemon:
                 self._schedule(cluster, datetime.now(UTC), f"new revision {revs}")
 
     def reconcile(self, name: str) -> None:
-        """One scheduled pass of ``name``: each app renders its own source's latest revision (a
-        failing source's last good one). An app whose source was never polled waits for that
-        first poll, which triggers the cluster; nothing runs before any of its sources delivered."""
+        """One scheduled pass of ``name``: its apps that are due (every app after a ``sync``, a
+        reload, a Lease acquired), each rendering its own source's latest revision (a failing
+        source's last good one); then the job wakes at the earliest app due. An app whose source
+        was never polled waits for that first poll, which triggers the cluster."""
         if self.stopping or name not in self.fleet.status:
             return
         with self._source_lock:
             revisions = dict(self.revisions)
-            polled = set(self._polled)
-        sources = self._sources_of(name)
-        if not set(sources.values()) & revisions.keys():
+            heard = self._polled | revisions.keys()
+        if not set(self._sources_of(name).values()) & revisions.keys():
             return
         st = self.fleet.status[name]
         if self.leases is not None and not self.leases.holds(name):
@@ -555,43 +560,39 @@ class Daemon:
             self._in_job.add(name)
             forced = name in self._forced
             self._forced.discard(name)
-        opts = self.opts
-        if forced:
-            due = list(st.apps)
-        else:
-            due = self.fleet.due_apps(name, revisions, base=opts.backoff_base, cap=opts.backoff_cap)
-        heard = polled | revisions.keys()
-        due = [a for a in due if sources.get(a) in heard]
-        if not due:
-            return  # woken for an app that is not due after all (its interval or backoff not over)
-        results = self.fleet.run_apps(name, revisions, apps=due)
-        if self.page is not None:
-            subjects = {r.sha: r.subject for r in revisions.values()}
-            self.page.record_passes(results, subjects, may_write=self._may_write)
-        if self.stopping:
+            woken = self._woken.pop(name, set())
+        decision = self.fleet.schedule(name, revisions, self._timing, woken=woken, sources=heard)
+        due = [a.app for a in decision.apps] if forced else list(decision.due)
+        if due:
+            results = self.fleet.run_apps(name, revisions, apps=due)
+            if self.page is not None:
+                subjects = {r.sha: r.subject for r in revisions.values()}
+                self.page.record_passes(results, subjects, may_write=self._may_write)
+            if self.stopping:
+                return
+            self._wake_health(name)
+            if failed := [r for r in results if not r.ok]:
+                log.warning(
+                    "apps failed; each backs off on its own",
+                    cluster=name,
+                    apps=[r.app for r in failed],
+                    error=failed[0].error,
+                )
+        self._next_pass(name, heard)
+
+    def _next_pass(self, name: str, heard: set[str]) -> None:
+        """Wake ``name``'s job at its earliest app due (plus jitter): each app on its own interval
+        and backoff. A revision that arrived during the pass makes its apps due now."""
+        with self._source_lock:
+            revisions = dict(self.revisions)
+        wake = self.fleet.schedule(name, revisions, self._timing, sources=heard).wake
+        if wake is None:
             return
-        self._wake_health(name)
-        now = datetime.now(UTC)
-        failed = [r for r in results if not r.ok]
-        if failed:
-            # Per app: the soonest retry of a failed app; the others wait for their own turn.
-            failures = min(st.app(r.app).failures for r in failed)
-            delay = backoff_delay(failures, base=opts.backoff_base, cap=opts.backoff_cap)
-            delay *= 1 + random.uniform(0, opts.jitter)
-            log.warning(
-                "cluster failed; backing off",
-                cluster=name,
-                apps=[r.app for r in failed],
-                error=failed[0].error,
-                retry_in=round(delay, 2),
-            )
-            self._schedule(name, now + timedelta(seconds=delay), f"backoff after {failures} failure(s)")
-        else:
-            used = sorted(set(sources.values()))
-            before = {n: (r.sha if (r := revisions.get(n)) else None) for n in used}
-            moved = [n for n, sha in self._shas(used).items() if sha != before[n]]
-            if moved:
-                self._schedule(name, now, f"new revision of {', '.join(moved)} arrived during the pass")
+        delay = max(0.0, wake.at - time.monotonic()) + random.uniform(0, wake.spread)
+        if wake.reason is DueReason.BACKOFF:
+            log.warning("app backing off", cluster=name, app=wake.app, retry_in=round(delay, 2))
+        why = wake.message(name_app=len(self.fleet.status[name].apps) > 1)
+        self._schedule(name, datetime.now(UTC) + timedelta(seconds=delay), why)
 
     def _schedule(self, name: str, when: datetime, why: str) -> datetime:
         """Run ``name`` at ``when``; while its job runs, the request waits for the job's end."""
@@ -626,11 +627,7 @@ class Daemon:
         if queued is not None and not self.stopping:
             self._modify(name, *queued)
         elif st is not None and (job := self.scheduler.get_job(event.job_id)) is not None:
-            st.next_run = job.next_run_time
-            if st.next_run is not None and st.last_result is not None and st.last_result.ok:
-                st.schedule.append(
-                    (datetime.now(UTC), (st.next_run - datetime.now(UTC)).total_seconds(), "interval")
-                )
+            st.next_run = job.next_run_time  # no pass ran: the job's own interval stands
 
     def _lease_changed(self, name: str, held: bool) -> None:
         self.metrics.lease_held.labels(name).set(1 if held else 0)

@@ -74,6 +74,8 @@ class AppStatus:
     failures: int = 0
     #: When its last pass started (``time.monotonic``) and at which revision of its source.
     last_run: float | None = None
+    #: When its last pass ended (``time.monotonic``): its backoff counts from there.
+    last_end: float | None = None
     last_revision: str = ""
     #: Its rollout as its wait last read it (``wait`` set); None: not followed.
     health: AppHealth | None = None

@@ -28,7 +28,7 @@ VARS = {"N": "3", "T": "true", "S": "x y", "E": ""}
 ORDINARY = [
     "a: ${N}\nb: \"${N}\"\nc: ${T}\nd: x-${N}\ne: $${N}\nf: '${S}'\ng: ${E}\n",
     "# ${NOWHERE} in a comment\nk: v # ${NOR} here\n",
-    "s: !!str ${N}\nt: &anchor !!str ${N}\nu: ! ${N}\nq: ! '${N}'\ni: !!int '7'\nv: &w ${N}\n",
+    "s: !!str ${N}\nt: &anchor !!str ${N}\ni: !!int '7'\nv: &w ${N}\nw: !!float '1'\n",
     "d: 2024-01-31\nf: 1.5\ne: 1e3\nh: 0x1F\no: 0o17\nn: ~\nb: yes\nx: .inf\n",
     '---\n---\nk: [1, two, {t: "${T}"}]\n...\n---\n- a\n- {b: c}\n',
     'block: |\n  line ${N}\n  $${KEEP}\nfolded: >-\n  a\n  b\nquoted: "tab\\there \\u00e9"\n',
@@ -44,7 +44,8 @@ HANDED_OVER = {
     "malformed reference": "a: ${a-b}\n",
     "alias": "a: &x {b: 1}\nc: *x\n",
     "merge key": "base: &b {a: 1}\nspec:\n  <<: *b\n",
-    "non-string key": "1: a\n",
+    "null key": "~: a\n",
+    "bare ! tag (Kubernetes: a string, libyaml: resolved)": "u: ! ${N}\nq: ! 1\n",
     "tab": "a:\n\tb: 1\n",
     "syntax error": "a: b: c\n",
     "binary tag": "a: !!binary aGk=\n",

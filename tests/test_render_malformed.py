@@ -295,9 +295,9 @@ CASES = [
         6,
     ),
     Case(
-        "non-string key",
-        {"app/a.yaml": CM.format(name="x") + "data:\n  80: http\n"},
-        "mapping key 80 is not a string (quote it)",
+        "null key",
+        {"app/a.yaml": CM.format(name="x") + "data:\n  ~: http\n"},
+        "mapping key null is not a string, number or boolean (quote it)",
         "app/a.yaml",
         6,
         3,

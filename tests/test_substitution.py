@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.config.load import load_config
 from agent.errors import RenderError
+from agent.reconcile.stages import app_render_spec
 from agent.render.jsonmanifest import parse_json
 from agent.render.manifests import Origin, _parse_yaml_python, objects_of, parse_yaml
 from agent.render.renderer import RenderSpec, render
@@ -176,3 +178,54 @@ def test_kube_prometheus_with_substitution_on_fails_with_one_problem_per_name_an
         "undefined variable ${cluster}",
     }
     assert all(p.line is not None and p.line > 1 for p in problems)
+
+
+# ---------------------------------------------------------------------------
+# The `substitute` setting
+
+
+CONFIG = """
+[source]
+url = "https://git.example.com/fleet.git"
+
+[defaults]
+{defaults}
+
+[[clusters]]
+name = "a"
+kubeconfig = "kc"
+path = "clusters/a"
+{cluster}
+
+[[apps]]
+name = "web"
+cluster = "a"
+path = "web"
+{app}
+"""
+
+
+def _specs(tmp_path: Path, defaults: str = "", cluster: str = "", app: str = "") -> dict[str, object]:
+    (tmp_path / "kc").write_text("apiVersion: v1\nkind: Config\n")
+    path = tmp_path / "agent.toml"
+    path.write_text(CONFIG.format(defaults=defaults, cluster=cluster, app=app))
+    cfg = load_config(path)
+    return {a.name: app_render_spec(a).vars for a in cfg.apps}
+
+
+def test_substitution_is_off_where_no_vars_reach_an_app_and_on_where_they_do(tmp_path: Path) -> None:
+    assert _specs(tmp_path) == {"a": None, "web": None}
+    assert _specs(tmp_path, app='[apps.vars]\nN = "3"') == {"a": None, "web": {"N": "3"}}
+    cluster_vars = _specs(tmp_path, cluster='[clusters.vars]\nN = "3"')
+    assert cluster_vars == {"a": {"N": "3"}, "web": {"N": "3"}}
+
+
+def test_substitute_false_turns_it_off_even_with_vars_and_true_on_without_them(tmp_path: Path) -> None:
+    with_vars = '[clusters.vars]\nN = "3"'
+    assert _specs(tmp_path, defaults="substitute = false", cluster=with_vars) == {"a": None, "web": None}
+    assert _specs(tmp_path, cluster="substitute = false\n" + with_vars, app="substitute = true") == {
+        "a": None,
+        "web": {"N": "3"},
+    }
+    assert _specs(tmp_path, defaults="substitute = true") == {"a": {}, "web": {}}
+    assert _specs(tmp_path, app="substitute = true") == {"a": None, "web": {}}

@@ -223,3 +223,14 @@ def test_documents_share_one_string_per_key_and_per_short_value() -> None:
     assert a["apiVersion"] is b["apiVersion"]
     assert a["metadata"]["note"] == b["metadata"]["note"]
     assert a["metadata"]["note"] is not b["metadata"]["note"]  # long values are not interned
+
+
+def test_a_large_shallow_document_whose_bounds_fail_is_scanned_and_takes_the_fast_path() -> None:
+    """kube-prometheus's Grafana dashboards: JSON in block scalars, long lines full of brackets.
+    Both bounds exceeded MAX_C_DEPTH, so the 1 MB file went to the pure-Python loader (~10x
+    slower); libyaml's event parser, which does not recurse, measures the real depth."""
+    dashboard = "[" * 11_000 + "{}" + "]" * 11_000
+    text = "".join(f"---\nkind: ConfigMap\ndata:\n  d{i}.json: |-\n    {dashboard}\n" for i in range(3))
+    assert fastyaml.indent_bound(text) > fastyaml.MAX_C_DEPTH
+    fast = fastyaml.load(text, None, **LIMITS)
+    assert fast is not None and fast[2][0]["data"] == {"d2.json": dashboard}

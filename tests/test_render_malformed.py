@@ -206,6 +206,7 @@ CASES = [
         "app/a.yaml",
         6,
         13,
+        vars={"ENV": "prod"},  # substitution is on where vars reach the app
     ),
     Case(
         "binary garbage",
@@ -414,6 +415,7 @@ CASES = [
         "undefined variable ${NOPE}",
         "app (kustomize build output)",
         3,
+        vars={"ENV": "prod"},
         tools=("kustomize",),
     ),
     Case(

@@ -112,6 +112,14 @@ def test_a_key_set_by_a_merge_and_again_is_a_duplicate_as_kubernetes_reads_it() 
     ]
 
 
+@pytest.mark.parametrize("tag", ["!!int", "!!float", "!!bool", "!!null", "!!merge"])
+def test_a_scalar_tag_on_a_collection_is_a_problem_at_its_line(tag: str) -> None:
+    """Kept when the loader took over go-yaml's scalar types: PyYAML's constructors refused it."""
+    docs, problems = parse_yaml(f"a: 1\nb: {tag} {{c: 1}}\n", ORIGIN, None)
+    assert docs == [] and [(p.line, p.column) for p in problems] == [(2, 4)]
+    assert f"cannot have the tag 'tag:yaml.org,2002:{tag[2:]}'" in problems[0].message
+
+
 def test_each_document_keeps_its_index_and_first_line() -> None:
     text = (
         "---\napiVersion: v1\nkind: A\nmetadata: {name: a}\n"

@@ -219,11 +219,19 @@ class _Loader(yamltypes.Resolver, BoundedLoader):
         return data
 
     def construct_typed(self, node: Node) -> Any:
-        assert isinstance(node, yaml.ScalarNode)
+        """A scalar of a standard tag (``!!int "1"``, or a plain one resolved so), or a problem."""
+        mark = node.start_mark
+        if not isinstance(node, yaml.ScalarNode):
+            what = "mapping" if isinstance(node, MappingNode) else "sequence"
+            self.problems.append(
+                (f"a {what} cannot have the tag {node.tag!r}", mark.line + 1, mark.column + 1, None)
+            )
+            return None
+        if node.tag == yamltypes.MERGE:
+            return node.value  # "<<" where it is not a key is a string (go-yaml)
         try:
             return yamltypes.tagged(node.tag, node.value)
         except yamltypes.TypeMismatch as e:
-            mark = node.start_mark
             self.problems.append((f"{e} (tag {node.tag!r})", mark.line + 1, mark.column + 1, None))
             return None
 
@@ -234,9 +242,8 @@ class _Loader(yamltypes.Resolver, BoundedLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
-for _tag in (yamltypes.INT, yamltypes.FLOAT, yamltypes.BOOL, yamltypes.NULL):
+for _tag in (yamltypes.INT, yamltypes.FLOAT, yamltypes.BOOL, yamltypes.NULL, yamltypes.MERGE):
     _Loader.add_constructor(_tag, _Loader.construct_typed)
-_Loader.add_constructor(yamltypes.MERGE, lambda _loader, node: node.value)  # "<<" as a value
 _Loader.add_constructor(None, _Loader.construct_undefined)
 for _tag in ("binary", "set", "omap", "pairs", "timestamp", "value"):
     _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _Loader.construct_undefined)

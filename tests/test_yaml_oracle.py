@@ -11,6 +11,7 @@ document its charts and kustomizations render; a document the oracle refuses, th
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 from pathlib import Path
@@ -142,6 +143,37 @@ def test_a_key_kubernetes_reads_two_ways_is_refused_as_a_duplicate() -> None:
     assert docs == [] and [p.message for p in problems] == [
         "duplicate mapping key '1' (YAML would keep only one) (first at line 1)"
     ]
+
+
+#: What random scalars are made of: the characters and pieces YAML 1.1 and Go's number syntax
+#: give meaning to.
+_PIECES = [*"0123456789+-._eExXoObBaAfF:yYnN~", "0x", "0o", "0b", "1e", ".inf", ".nan", "_", "1_0", "9" * 20]
+_PIECES += ["true", "Null", "on", "."]
+
+
+def _random_scalars(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 6))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("place", ["value", "key"])
+def test_random_number_like_scalars_read_as_kubernetes_reads_them(place: str, seed: int) -> None:
+    """3,000 scalars per run in one oracle process, as values (``v: s``) and as keys (``s: v``)."""
+    scalars = _random_scalars(seed, 3_000)
+    docs = [f"{OBJECT}v: {s}\n" if place == "value" else f"{OBJECT}{s}: v\n" for s in scalars]
+    verdicts = kubernetes_reads("".join(f"---\n{d}" for d in docs))
+    assert len(verdicts) == len(docs)
+    wrong = []
+    for scalar, doc, theirs in zip(scalars, docs, verdicts, strict=True):
+        parsed, problems = parse_yaml(doc, Origin("t.yaml"), None)
+        objects, invalid = objects_of(parsed, Origin("t.yaml"))
+        refused = bool(problems or invalid)
+        if refused != ("error" in theirs) or (not refused and not same(objects[0][0], theirs["doc"])):
+            wrong.append(
+                (scalar, theirs, [m for m, _ in objects], [p.message for p in [*problems, *invalid]])
+            )
+    assert wrong == []
 
 
 def _plain_files() -> list[Path]:

@@ -212,7 +212,9 @@ class _Walk:
             for key_node, value_node in node.value:
                 key = self.build(key_node)
                 if key.__class__ is not str:
-                    key = yamltypes.json_key(key, key_node.tag)  # 80 -> "80", as Kubernetes reads it
+                    key = yamltypes.json_key(
+                        key, key_node.tag, key_node.value
+                    )  # 80 -> "80", as Kubernetes reads it
                 if key is None or key in data:
                     raise _Handover  # a refused or duplicate key (a merge key, "<<", is tagged merge)
                 key = sys.intern(key)  # one "metadata" for every object held, not one each

@@ -204,7 +204,7 @@ class _Loader(yamltypes.Resolver, BoundedLoader):
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
             line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-            name = yamltypes.json_key(key, key_node.tag)
+            name = yamltypes.json_key(key, key_node.tag, key_node.value)
             if name is None:
                 what = "null" if key is None else repr(key)
                 message = f"mapping key {what} is not a string, number or boolean (quote it)"

@@ -126,18 +126,19 @@ def tagged(tag: str, text: str) -> Any:
     raise TypeMismatch(f"{text!r} is not a {want} (it reads as a {got})")
 
 
-def json_key(key: Any, tag: str) -> str | None:
+def json_key(key: Any, tag: str, text: str) -> str | None:
     """A mapping key as ``sigs.k8s.io/yaml`` spells it in JSON, or ``None`` when it refuses the key.
 
-    ``tag``: the key's resolved tag; a float key (``1e6``) is spelled as a float even when its
-    value is whole (``1e+06``).
+    ``tag``, ``text``: the key's resolved tag and its scalar text; a float key (``1e6``, ``-0.0``)
+    is spelled as the float it was written as, even when its value is whole (``1e+06``, ``-0``).
     """
     if isinstance(key, str):
         return key
     if isinstance(key, bool):
         return "true" if key else "false"
     if isinstance(key, int | float) and tag == FLOAT:
-        return _float32_text(float(key))
+        word = _WORDS.get(text)
+        return _float32_text(word[1] if word is not None else float(text.replace("_", "")))
     if isinstance(key, int):
         return str(key) if _INT64[0] <= key <= _INT64[1] else None  # a uint64 key is refused
     if isinstance(key, float):
@@ -151,7 +152,12 @@ def _float32_text(value: float) -> str:
         return ".nan"
     if math.isinf(value):
         return ".inf" if value > 0 else "-.inf"
-    single = struct.unpack("f", struct.pack("f", value))[0]
+    try:
+        single = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond float32: Go's conversion gives an infinity
+        single = math.copysign(math.inf, value)
+    if math.isinf(single):
+        return ".inf" if single > 0 else "-.inf"
     for digits in range(1, 10):
         text = f"{single:.{digits - 1}e}"
         if struct.unpack("f", struct.pack("f", float(text)))[0] == single:

@@ -36,6 +36,7 @@ ORDINARY = [
     "ünï: cödé 😀\nk: ${N}\n",
     "",
     "key with spaces: v\n? complex\n: value\n",
+    "script: |\n  if ! command -v jq; then exit 1; fi\nnote: wow! [a, b!]\n",  # no bare "!" tag
 ]
 
 HANDED_OVER = {

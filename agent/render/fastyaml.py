@@ -51,7 +51,9 @@ _STR = yamltypes.STR
 _TYPED = frozenset({yamltypes.INT, yamltypes.FLOAT, yamltypes.BOOL, yamltypes.NULL})
 # A non-specific tag "!" standing alone: PyYAML and libyaml resolve "! 1" as the int 1, go-yaml
 # (Kubernetes) as the string "1"; the pure-Python loader reads it the Kubernetes way.
-_BARE_TAG = re.compile(r"(?:^|[\s,\[{])!(?=[\s,\]}]|$)", re.MULTILINE)
+# Where a node starts: a line's start, after an indicator (": ", "- ", "? ", "[", "{", ",") or
+# an anchor; so a shell "if ! cmd" in a block scalar does not hand a file over.
+_BARE_TAG = re.compile(r"(?:^|[:\-?\[{,]|&\S+)[ \t]*!(?=[\s,\]}]|$)", re.MULTILINE)
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _PLAIN = (None, "")  # ScalarNode.style of a plain scalar (libyaml: "", PyYAML: None)

@@ -6,13 +6,13 @@ caller parses the same text with its pure-Python loader, which is the
 reference for every behaviour (error messages, line/column of problems, alias
 bombs, merge keys, unusual tags). So this module never reports a problem
 itself: anything it does not handle exactly like that loader (a syntax error,
-a duplicate or non-string key, a bad ``${...}``, an alias, an explicit tag
-other than the JSON scalar ones, a merge key) is a reason to hand over.
+a duplicate or refused key, a bad ``${...}``, an alias, an explicit tag
+other than the JSON scalar ones or a bare ``!``, a merge key) is a reason to hand over.
 
 Why: PyYAML's pure-Python scanner/parser took ~1 s per 1,000 documents, most
 of an initial apply. libyaml (``yaml.cyaml.CParser``) builds the node tree in
 C with marks on every node; the only Python left is the resolver it calls per
-scalar and the walk below (substitution, duplicate keys, lines, values).
+scalar, the substitution pass, and the walk below (duplicate keys, lines, values).
 
 ``${VAR}`` is substituted in a composed document before its values are built, as in the
 pure-Python loader (``agent.render.substitute.substitute_tree``): a substituted plain scalar

@@ -46,6 +46,7 @@ NOT_A_VALUE = {
     ("clusters.helm", "chart"),
     ("clusters.helm", "release_name"),
     ("defaults", "max_prune"),
+    ("defaults", "substitute"),
     ("conflict_rules", "manager"),
     ("conflict_rules", "action"),
     ("sources", "name"),

@@ -28,7 +28,7 @@ VARS = {"N": "3", "T": "true", "S": "x y", "E": ""}
 ORDINARY = [
     "a: ${N}\nb: \"${N}\"\nc: ${T}\nd: x-${N}\ne: $${N}\nf: '${S}'\ng: ${E}\n",
     "# ${NOWHERE} in a comment\nk: v # ${NOR} here\n",
-    "s: !!str ${N}\nt: &anchor !!str ${N}\nu: ! ${N}\nq: ! '${N}'\ni: !!int '7'\nv: &w ${N}\n",
+    "s: !!str ${N}\nt: &anchor !!str ${N}\ni: !!int '7'\nv: &w ${N}\nw: !!float '1'\n",
     "d: 2024-01-31\nf: 1.5\ne: 1e3\nh: 0x1F\no: 0o17\nn: ~\nb: yes\nx: .inf\n",
     '---\n---\nk: [1, two, {t: "${T}"}]\n...\n---\n- a\n- {b: c}\n',
     'block: |\n  line ${N}\n  $${KEEP}\nfolded: >-\n  a\n  b\nquoted: "tab\\there \\u00e9"\n',
@@ -36,6 +36,7 @@ ORDINARY = [
     "ünï: cödé 😀\nk: ${N}\n",
     "",
     "key with spaces: v\n? complex\n: value\n",
+    "script: |\n  if ! command -v jq; then exit 1; fi\nnote: wow! [a, b!]\n",  # no bare "!" tag
 ]
 
 HANDED_OVER = {
@@ -44,7 +45,8 @@ HANDED_OVER = {
     "malformed reference": "a: ${a-b}\n",
     "alias": "a: &x {b: 1}\nc: *x\n",
     "merge key": "base: &b {a: 1}\nspec:\n  <<: *b\n",
-    "non-string key": "1: a\n",
+    "null key": "~: a\n",
+    "bare ! tag (Kubernetes: a string, libyaml: resolved)": "u: ! ${N}\nq: ! 1\n",
     "tab": "a:\n\tb: 1\n",
     "syntax error": "a: b: c\n",
     "binary tag": "a: !!binary aGk=\n",
@@ -222,3 +224,14 @@ def test_documents_share_one_string_per_key_and_per_short_value() -> None:
     assert a["apiVersion"] is b["apiVersion"]
     assert a["metadata"]["note"] == b["metadata"]["note"]
     assert a["metadata"]["note"] is not b["metadata"]["note"]  # long values are not interned
+
+
+def test_a_large_shallow_document_whose_bounds_fail_is_scanned_and_takes_the_fast_path() -> None:
+    """kube-prometheus's Grafana dashboards: JSON in block scalars, long lines full of brackets.
+    Both bounds exceeded MAX_C_DEPTH, so the 1 MB file went to the pure-Python loader (~10x
+    slower); libyaml's event parser, which does not recurse, measures the real depth."""
+    dashboard = "[" * 11_000 + "{}" + "]" * 11_000
+    text = "".join(f"---\nkind: ConfigMap\ndata:\n  d{i}.json: |-\n    {dashboard}\n" for i in range(3))
+    assert fastyaml.indent_bound(text) > fastyaml.MAX_C_DEPTH
+    fast = fastyaml.load(text, None, **LIMITS)
+    assert fast is not None and fast[2][0]["data"] == {"d2.json": dashboard}

@@ -587,7 +587,7 @@ def _render_one(tmp_path: Path, text: str) -> DesiredSet | RenderError:
         ("labels", CM_HEAD + "  labels: app\n", "metadata.labels must be a mapping of strings, got str"),
         (
             "labels",
-            CM_HEAD + "  labels: {version: 1.0}\n",
+            CM_HEAD + "  labels: {version: 1.5}\n",
             "metadata.labels.version must be a string, got float",
         ),
         (

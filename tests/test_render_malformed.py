@@ -206,6 +206,7 @@ CASES = [
         "app/a.yaml",
         6,
         13,
+        vars={"ENV": "prod"},  # substitution is on where vars reach the app
     ),
     Case(
         "binary garbage",
@@ -295,9 +296,9 @@ CASES = [
         6,
     ),
     Case(
-        "non-string key",
-        {"app/a.yaml": CM.format(name="x") + "data:\n  80: http\n"},
-        "mapping key 80 is not a string (quote it)",
+        "null key",
+        {"app/a.yaml": CM.format(name="x") + "data:\n  ~: http\n"},
+        "mapping key null is not a string, number or boolean (quote it)",
         "app/a.yaml",
         6,
         3,
@@ -414,6 +415,7 @@ CASES = [
         "undefined variable ${NOPE}",
         "app (kustomize build output)",
         3,
+        vars={"ENV": "prod"},
         tools=("kustomize",),
     ),
     Case(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.render.manifests import MAX_DEPTH, MAX_PARSE_DEPTH, Origin, objects_of, parse_json, parse_yaml
+from agent.render.jsonmanifest import parse_json
+from agent.render.manifests import MAX_DEPTH, MAX_PARSE_DEPTH, Origin, objects_of, parse_yaml
 from agent.render.substitute import references, substitute
 from tests.fuzzkit import collections_everywhere
 
@@ -73,7 +74,7 @@ def _objects(text: str, variables: dict[str, str] | None = None) -> list[dict[st
 
 def test_a_plain_scalar_substituted_with_a_number_becomes_a_number_but_a_quoted_one_stays_a_string() -> None:
     (obj,) = _objects(
-        'apiVersion: v1\nkind: X\nmetadata: {name: n}\nspec:\n  a: ${N}\n  b: "${N}"\n  c: ${T}\n',
+        'apiVersion: v1\nkind: X\nmetadata: {name: x}\nspec:\n  a: ${N}\n  b: "${N}"\n  c: ${T}\n',
         {"N": "3", "T": "true"},
     )
     assert obj["spec"] == {"a": 3, "b": "3", "c": True}
@@ -86,18 +87,37 @@ def test_a_variable_value_cannot_inject_yaml_structure() -> None:
 
 
 def test_comments_are_not_substituted() -> None:
-    assert _objects("# uses ${NOWHERE}\napiVersion: v1\nkind: X\nmetadata: {name: n}\n", {})
+    assert _objects("# uses ${NOWHERE}\napiVersion: v1\nkind: X\nmetadata: {name: x}\n", {})
 
 
 def test_dates_stay_strings_as_in_kubernetes_yaml() -> None:
-    (obj,) = _objects("apiVersion: v1\nkind: X\nmetadata: {name: n}\ndata: {d: 2024-01-31}\n")
+    (obj,) = _objects("apiVersion: v1\nkind: X\nmetadata: {name: x}\ndata: {d: 2024-01-31}\n")
     assert obj["data"] == {"d": "2024-01-31"}
 
 
-def test_merge_keys_are_not_duplicate_keys() -> None:
-    text = "apiVersion: v1\nkind: X\nmetadata: {name: n}\nbase: &b {a: 1, b: 2}\nspec:\n  <<: *b\n  b: 3\n"
+def test_merge_keys_merge_keys_the_mapping_does_not_set_itself() -> None:
+    text = "apiVersion: v1\nkind: X\nmetadata: {name: x}\nbase: &b {a: 1, b: 2}\nspec:\n  <<: *b\n  c: 3\n"
     (obj,) = _objects(text)
-    assert obj["spec"] == {"a": 1, "b": 3}
+    assert obj["spec"] == {"a": 1, "b": 2, "c": 3}
+
+
+def test_a_key_set_by_a_merge_and_again_is_a_duplicate_as_kubernetes_reads_it() -> None:
+    """sigs.k8s.io/yaml's strict reading refuses it ("key already set in map"); PyYAML let the
+    mapping's own value win, so the agent applied what kubectl refuses."""
+    text = "apiVersion: v1\nkind: X\nmetadata: {name: x}\nbase: &b {a: 1, b: 2}\nspec:\n  <<: *b\n  b: 3\n"
+    docs, problems = parse_yaml(text, ORIGIN, None)
+    assert docs == []
+    assert [(p.line, p.message) for p in problems] == [
+        (7, "duplicate mapping key 'b' (YAML would keep only one) (first at line 4)")
+    ]
+
+
+@pytest.mark.parametrize("tag", ["!!int", "!!float", "!!bool", "!!null", "!!merge"])
+def test_a_scalar_tag_on_a_collection_is_a_problem_at_its_line(tag: str) -> None:
+    """Kept when the loader took over go-yaml's scalar types: PyYAML's constructors refused it."""
+    docs, problems = parse_yaml(f"a: 1\nb: {tag} {{c: 1}}\n", ORIGIN, None)
+    assert docs == [] and [(p.line, p.column) for p in problems] == [(2, 4)]
+    assert f"cannot have the tag 'tag:yaml.org,2002:{tag[2:]}'" in problems[0].message
 
 
 def test_each_document_keeps_its_index_and_first_line() -> None:

@@ -123,7 +123,7 @@ def _settings(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterS
     values["render_memory"] = r.size("render_memory", s.render_memory, minimum=MIN_RENDER_MEMORY)
     if (wait := wait_setting(r)) is not None:
         values["wait"] = wait
-    for name in ("prune", "allow_empty"):
+    for name in ("prune", "allow_empty", "substitute"):
         if (v := r.get(name, bool)) is not None:
             values[name] = v
     frac = r.get("max_prune_fraction", (float, int))

@@ -10,6 +10,7 @@ the stages' option dataclasses against these defaults (tests/test_config_default
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -257,6 +258,8 @@ class ClusterSettings:
     allowed_kinds: tuple[str, ...] = ("*",)
     #: Whether the app may declare cluster-scoped objects (Namespaces, ClusterRoles, CRDs, ...).
     allow_cluster_scoped: bool = True
+    #: ``${NAME}`` substitution (``substitutes``): ``None`` (unset) on where vars reach the app.
+    substitute: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -331,8 +334,17 @@ APP_SETTING_KEYS = frozenset(
         "allowed_namespaces",
         "allowed_kinds",
         "allow_cluster_scoped",
+        "substitute",
     }
 )
+
+
+def substitutes(setting: bool | None, variables: Mapping[str, str]) -> bool:
+    """Whether an app's manifests get ``${NAME}`` substituted: ``substitute`` when set, else
+    whether any variable reaches the app (its own or its cluster's). So a config that has vars
+    keeps every ``${X}`` substituted (none is ever applied literally), and one without vars
+    reads Grafana dashboards' and shell scripts' ``${...}`` as written, as kubectl does."""
+    return bool(variables) if setting is None else setting
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from agent.apply import prune as prune_stage
 from agent.apply.inventory import InventoryStore, applyset_id, parent_name
-from agent.config.types import AppConfig, ClusterConfig, Config
+from agent.config.types import AppConfig, ClusterConfig, Config, substitutes
 from agent.errors import ApiError, ClusterRefused, RenderError, RenderProblem
 from agent.kube.client import KubeClient
 from agent.model import (
@@ -53,7 +53,7 @@ def render_spec(cluster: ClusterConfig) -> RenderSpec:
     return RenderSpec(
         cluster=cluster.name,
         paths=cluster.paths,
-        vars=dict(cluster.vars),
+        vars=dict(cluster.vars) if substitutes(cluster.settings.substitute, cluster.vars) else None,
         exclude=cluster.settings.exclude,
         helm=cluster.helm,
         timeout=cluster.settings.render_timeout,
@@ -66,7 +66,7 @@ def app_render_spec(app: AppConfig) -> RenderSpec:
     return RenderSpec(
         cluster=app.cluster,
         paths=app.paths,
-        vars=dict(app.vars),
+        vars=dict(app.vars) if substitutes(app.settings.substitute, app.vars) else None,
         exclude=app.settings.exclude,
         helm=app.helm,
         timeout=app.settings.render_timeout,

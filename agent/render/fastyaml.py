@@ -6,31 +6,34 @@ caller parses the same text with its pure-Python loader, which is the
 reference for every behaviour (error messages, line/column of problems, alias
 bombs, merge keys, unusual tags). So this module never reports a problem
 itself: anything it does not handle exactly like that loader (a syntax error,
-a duplicate or non-string key, a bad ``${...}``, an alias, an explicit tag
-other than the JSON scalar ones, a merge key) is a reason to hand over.
+a duplicate or refused key, a bad ``${...}``, an alias, an explicit tag
+other than the JSON scalar ones or a bare ``!``, a merge key) is a reason to hand over.
 
 Why: PyYAML's pure-Python scanner/parser took ~1 s per 1,000 documents, most
 of an initial apply. libyaml (``yaml.cyaml.CParser``) builds the node tree in
 C with marks on every node; the only Python left is the resolver it calls per
-scalar and the walk below (substitution, duplicate keys, lines, values).
+scalar, the substitution pass, and the walk below (duplicate keys, lines, values).
 
-``${VAR}`` is substituted per scalar before its type is resolved, as in the
-pure-Python loader: a substituted plain scalar without an explicit tag gets
-its tag resolved again, so ``replicas: ${N}`` is an int and ``"${N}"`` a str.
+``${VAR}`` is substituted in a composed document before its values are built, as in the
+pure-Python loader (``agent.render.substitute.substitute_tree``): a substituted plain scalar
+without an explicit tag gets its tag resolved again, so ``replicas: ${N}`` is an int and
+``"${N}"`` a str. Scalars are typed as Kubernetes types them (``agent.render.yamltypes``).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
 import yaml
-from yaml.constructor import SafeConstructor
+from yaml.events import CollectionEndEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from agent.render.substitute import substitute
+from agent.render import yamltypes
+from agent.render.substitute import OPT_OUT_VALUE, opted_out, substitute_tree
 
 #: libyaml is compiled into this PyYAML: the fast path is used (a test asserts it on our machines).
 AVAILABLE: bool = bool(getattr(yaml, "__with_libyaml__", False))
@@ -44,29 +47,19 @@ MAX_C_DEPTH = 10_000
 # a document bounds its depth. Anything else (scalars, comments) only makes the bound looser.
 _LEVEL_CHARS = "[{-?:"
 
-_STR = "tag:yaml.org,2002:str"
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_BOOL = "tag:yaml.org,2002:bool"
-_NULL = "tag:yaml.org,2002:null"
+_STR = yamltypes.STR
+_TYPED = frozenset({yamltypes.INT, yamltypes.FLOAT, yamltypes.BOOL, yamltypes.NULL})
+# A non-specific tag "!" standing alone: PyYAML and libyaml resolve "! 1" as the int 1, go-yaml
+# (Kubernetes) as the string "1"; the pure-Python loader reads it the Kubernetes way.
+# Where a node starts: a line's start, after an indicator (": ", "- ", "? ", "[", "{", ",") or
+# an anchor; so a shell "if ! cmd" in a block scalar does not hand a file over.
+_BARE_TAG = re.compile(r"(?:^|[:\-?\[{,]|&\S+)[ \t]*!(?=[\s,\]}]|$)", re.MULTILINE)
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _PLAIN = (None, "")  # ScalarNode.style of a plain scalar (libyaml: "", PyYAML: None)
 
 #: (value, index in the stream, first line, {id(dict): line}) per document.
 FastDocument = tuple[Any, int, int, dict[int, int]]
-
-
-class Resolver(yaml.resolver.Resolver):
-    """The implicit types of ``yaml.SafeLoader`` except timestamps: dates stay strings (sigs.k8s.io/yaml)."""
-
-
-Resolver.yaml_implicit_resolvers = {
-    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-_constructor = SafeConstructor()  # only its stateless scalar constructors are used
 
 
 class _Handover(Exception):
@@ -78,10 +71,10 @@ if AVAILABLE:
 
     _CParser: Any = cyaml.__dict__["CParser"]  # not in cyaml's __all__, and untyped
 
-    class _Composer(_CParser, Resolver):  # type: ignore[misc]
+    class _Composer(_CParser, yamltypes.Resolver):  # type: ignore[misc]
         def __init__(self, text: str) -> None:
             _CParser.__init__(self, text)
-            Resolver.__init__(self)
+            yamltypes.Resolver.__init__(self)
 
 
 def load(
@@ -92,9 +85,11 @@ def load(
     ``max_nodes``, ``max_depth``: a document with more nodes, or more levels (the root is level 1),
     is handed over too (the reference loader refuses it).
     """
-    if not AVAILABLE or not _shallow(text):
+    if not AVAILABLE or not _shallow(text) or ("!" in text and _BARE_TAG.search(text)):
         return None
-    walk = _Walk(text, variables, max_nodes, max_depth)
+    walk = _Walk(text, max_nodes, max_depth)
+    substituting = variables is not None and "${" in text
+    may_opt_out = OPT_OUT_VALUE in text
     composer = _Composer(text)
     docs: list[FastDocument] = []
     try:
@@ -103,6 +98,11 @@ def load(
             walk.lines, walk.nodes, walk.depth = {}, 0, 0
             if walk.seen is not None:
                 walk.seen = set()  # ids of an earlier document's freed nodes are reused
+            if substituting:
+                assert variables is not None
+                skip = opted_out(node) if may_opt_out else set()
+                if substitute_tree(node, variables, walk.plain, skip):
+                    raise _Handover  # the reference loader reports them, at their lines
             value = walk.build(node)
             docs.append((value, len(docs), node.start_mark.line + 1, walk.lines))
     except (_Handover, yaml.YAMLError, RecursionError, ValueError, TypeError, KeyError):
@@ -126,7 +126,35 @@ def _shallow(text: str) -> bool:
             at = text.find(marker, at + 1)
     cuts.sort()
     cuts.append(len(text))
-    return all(_depth_bound(text, a, b) <= MAX_C_DEPTH for a, b in pairwise(cuts))
+    if all(_depth_bound(text, a, b) <= MAX_C_DEPTH for a, b in pairwise(cuts)):
+        return True
+    return _scanned_shallow(text)
+
+
+def _scanned_shallow(text: str) -> bool:
+    """Whether libyaml's event parser, which keeps its own stack and does not recurse, finds no
+    collection nested deeper than ``MAX_C_DEPTH`` (``False`` on a syntax error: the reference
+    loader reports it).
+
+    For what both bounds overestimate: Grafana dashboards as JSON in block scalars (long lines
+    full of brackets, one event each) sent kube-prometheus's 1 MB file to the pure-Python loader,
+    10x slower than composing it; the scan costs a fiftieth of that.
+    """
+    parser = _CParser(text)
+    depth = 0
+    try:
+        while (event := parser.get_event()) is not None:
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_C_DEPTH:
+                    return False
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return False
+    finally:
+        parser.dispose()
+    return True
 
 
 def _depth_bound(text: str, start: int, end: int) -> int:
@@ -150,13 +178,10 @@ def indent_bound(document: str) -> int:
 
 
 class _Walk:
-    """Builds one document's value from its node tree: substitution, types, duplicate keys, lines."""
+    """Builds one document's value from its node tree: types, duplicate keys, lines."""
 
-    def __init__(
-        self, text: str, variables: Mapping[str, str] | None, max_nodes: int, max_depth: int
-    ) -> None:
+    def __init__(self, text: str, max_nodes: int, max_depth: int) -> None:
         self.text = text
-        self.variables = variables
         self.max_nodes = max_nodes
         self.nodes = 0
         # Levels of the collection being built: the walk recurses, and must stop where the
@@ -188,8 +213,12 @@ class _Walk:
             self.lines[id(data)] = node.start_mark.line + 1
             for key_node, value_node in node.value:
                 key = self.build(key_node)
-                if key.__class__ is not str or key in data:
-                    raise _Handover  # non-string or duplicate key (or a merge key, "<<" tagged merge)
+                if key.__class__ is not str:
+                    key = yamltypes.json_key(
+                        key, key_node.tag, key_node.value
+                    )  # 80 -> "80", as Kubernetes reads it
+                if key is None or key in data:
+                    raise _Handover  # a refused or duplicate key (a merge key, "<<", is tagged merge)
                 key = sys.intern(key)  # one "metadata" for every object held, not one each
                 data[key] = self.build(value_node)
             self.depth -= 1
@@ -203,28 +232,19 @@ class _Walk:
         raise _Handover
 
     def scalar(self, node: ScalarNode) -> Any:
-        value = node.value
-        if self.variables is not None and "$" in value:
-            new, problems = substitute(value, self.variables)
-            if problems:
-                raise _Handover
-            if new != value:
-                node.value = new
-                tag = self._written_tag(node)
-                if (node.style in _PLAIN and tag is None) or tag == "!":  # PyYAML: "!" resolves as plain
-                    node.tag = _resolve(ScalarNode, new, (True, False))
         tag = node.tag
         if tag == _STR:
             return sys.intern(node.value) if len(node.value) <= 32 else node.value
-        if tag == _INT:
-            return _constructor.construct_yaml_int(node)
-        if tag == _NULL:
-            return None
-        if tag == _BOOL:
-            return _constructor.construct_yaml_bool(node)
-        if tag == _FLOAT:
-            return _constructor.construct_yaml_float(node)
-        raise _Handover  # merge keys, "=", binary, set, custom tags: the reference loader decides
+        if tag in _TYPED:
+            try:
+                return yamltypes.tagged(tag, node.value)
+            except yamltypes.TypeMismatch:
+                raise _Handover from None
+        raise _Handover  # merge keys, binary, set, custom tags: the reference loader decides
+
+    def plain(self, node: ScalarNode) -> bool:
+        """Whether ``node`` was written plain without a tag (its type is resolved from its text)."""
+        return node.style in _PLAIN and self._written_tag(node) is None
 
     def _written_tag(self, node: ScalarNode) -> str | None:
         """The tag written before the scalar (``!!str ${N}``, ``&a ! ${N}``), if any: no resolving then."""
@@ -240,6 +260,3 @@ class _Walk:
         while end < len(text) and text[end] not in " \t\r\n":
             end += 1
         return text[i:end]
-
-
-_resolve: Any = Resolver().resolve  # untyped in PyYAML's stubs

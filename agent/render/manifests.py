@@ -8,22 +8,21 @@ disguised as a whole one -- a caller that gets any problem discards the lot.
 Stricter than PyYAML's defaults, on purpose, so that what reaches a cluster is
 what the author meant:
 
-* duplicate mapping keys are errors (PyYAML keeps the last one silently);
-* non-string mapping keys, ``!!binary``/``!!set``/timestamps-by-tag, ``.nan``
-  and ``.inf`` are errors: a manifest is JSON, and Kubernetes would disagree
-  about them; unquoted dates stay strings, as in ``sigs.k8s.io/yaml``;
+* scalars are typed as Kubernetes types them (``sigs.k8s.io/yaml``: ``agent.render.yamltypes``),
+  so are number and boolean keys (``80:`` is ``"80"``); unquoted dates stay strings;
+* duplicate mapping keys are errors (PyYAML keeps the last one silently), a key a merge
+  (``<<``) sets and the mapping sets again too, as Kubernetes' strict reading refuses them;
+* null and collection keys, ``!!binary``/``!!set``/timestamps-by-tag, custom tags, ``.nan``
+  and ``.inf`` are errors: a manifest is JSON, and Kubernetes would disagree about them;
 * alias "bombs" and recursive aliases are refused before being expanded;
-* ``${VAR}`` is substituted per scalar before its type is resolved
-  (see ``agent.render.substitute``);
+* ``${VAR}`` is substituted per scalar before its type is resolved, where the app substitutes
+  (``variables`` not ``None``; see ``agent.render.substitute``);
 * every object needs string ``apiVersion``, ``kind`` and ``metadata.name``;
   ``kind: List`` (and ``*List`` with ``items``) is flattened.
 """
 
 from __future__ import annotations
 
-import json
-import json.decoder
-import json.scanner
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,8 +33,15 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from agent.errors import RenderProblem
 from agent.model import Manifest, Provenance
-from agent.render import fastyaml
-from agent.render.substitute import substitute
+from agent.render import fastyaml, yamltypes
+from agent.render.substitute import (
+    OPT_OUT_VALUE,
+    SubstitutionProblem,
+    first_of_each,
+    opted_out,
+    place,
+    substitute_tree,
+)
 
 #: Expanded node count above which a document is refused (a "billion laughs" alias bomb).
 MAX_EXPANDED_NODES = 1_000_000
@@ -141,27 +147,49 @@ class BoundedLoader(yaml.SafeLoader):
         super().ascend_resolver()
 
 
-class _Loader(BoundedLoader):
-    """SafeLoader that substitutes, keeps dates as strings, and collects problems."""
-
-    variables: Mapping[str, str] | None = None
+class _Loader(yamltypes.Resolver, BoundedLoader):
+    """SafeLoader with Kubernetes' scalar types and keys, strict keys, and collected problems."""
 
     def __init__(self, text: str) -> None:
         super().__init__(text)
         # (message, line, column, line of an earlier definition), 1-based
         self.problems: list[tuple[str, int, int, int | None]] = []
         self.lines: dict[int, int] = {}
+        #: ids of the scalars written plain without a tag, that hold a "$" (substitution retypes them).
+        self.plain: set[int] = set()
 
     def compose_scalar_node(self, anchor: Any) -> Any:
         parser: Any = self  # PyYAML's parser methods are untyped
         event = parser.peek_event()
-        if self.variables is not None and "$" in event.value:
-            value, found = substitute(event.value, self.variables)
-            for p in found:
-                line, column = _offset_mark(event, p.offset)
-                self.problems.append((p.message, line, column, None))
-            event.value = value
-        return super().compose_scalar_node(anchor)
+        if event.tag == "!":  # go-yaml reads "! 1" as the string "1" (PyYAML: the int 1)
+            event.tag = yamltypes.STR
+        plain = event.tag is None and event.implicit[0] and "$" in event.value
+        node = super().compose_scalar_node(anchor)
+        if plain:
+            self.plain.add(id(node))
+        return node
+
+    def flatten_mapping(self, node: MappingNode) -> None:
+        """Merged keys first, each merge's in full (PyYAML drops repeats): a repeat is a duplicate."""
+        merged: list[tuple[Node, Node]] = []
+        own: list[tuple[Node, Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != yamltypes.MERGE:
+                own.append((key_node, value_node))
+                continue
+            sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"expected a mapping or list of mappings for merging, but found {source.id}",
+                        source.start_mark,
+                    )
+                self.flatten_mapping(source)
+                merged.extend(source.value)
+        if merged or len(own) != len(node.value):
+            node.value = merged + own
 
     def construct_yaml_map(self, node: MappingNode) -> Any:
         data: dict[Any, Any] = {}
@@ -170,21 +198,42 @@ class _Loader(BoundedLoader):
         data.update(self.construct_mapping(node))
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
+        self.flatten_mapping(node)  # merged keys first, then the mapping's own: all must differ
+        data: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
             line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-            if not isinstance(key, str):
-                self.problems.append((f"mapping key {key!r} is not a string (quote it)", line, column, None))
+            name = yamltypes.json_key(key, key_node.tag, key_node.value)
+            if name is None:
+                what = "null" if key is None else repr(key)
+                message = f"mapping key {what} is not a string, number or boolean (quote it)"
+                self.problems.append((message, line, column, None))
                 continue
-            if key in seen:
-                message = f"duplicate mapping key {key!r} (YAML would keep only one)"
-                self.problems.append((message, line, column, seen[key]))
-            else:
-                seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+            if name in seen:
+                message = f"duplicate mapping key {name!r} (YAML would keep only one)"
+                self.problems.append((message, line, column, seen[name]))
+                continue
+            seen[name] = line
+            data[name] = self.construct_object(value_node, deep=deep)
+        return data
+
+    def construct_typed(self, node: Node) -> Any:
+        """A scalar of a standard tag (``!!int "1"``, or a plain one resolved so), or a problem."""
+        mark = node.start_mark
+        if not isinstance(node, yaml.ScalarNode):
+            what = "mapping" if isinstance(node, MappingNode) else "sequence"
+            self.problems.append(
+                (f"a {what} cannot have the tag {node.tag!r}", mark.line + 1, mark.column + 1, None)
+            )
+            return None
+        if node.tag == yamltypes.MERGE:
+            return node.value  # "<<" where it is not a key is a string (go-yaml)
+        try:
+            return yamltypes.tagged(node.tag, node.value)
+        except yamltypes.TypeMismatch as e:
+            self.problems.append((f"{e} (tag {node.tag!r})", mark.line + 1, mark.column + 1, None))
+            return None
 
     def construct_undefined(self, node: Node) -> Any:
         mark = node.start_mark
@@ -192,22 +241,11 @@ class _Loader(BoundedLoader):
         return None
 
 
-def _offset_mark(event: Any, offset: int) -> tuple[int, int]:
-    """Best line/column of ``offset`` inside a plain or quoted scalar (exact for one-line scalars)."""
-    line, column = event.start_mark.line + 1, event.start_mark.column + 1
-    if event.style in (None, "", "'", '"') and event.start_mark.line == event.end_mark.line:
-        return line, column + offset + (1 if event.style in ("'", '"') else 0)
-    return line, column
-
-
-# Dates stay strings (sigs.k8s.io/yaml does not turn them into timestamps).
-_Loader.yaml_implicit_resolvers = {
-    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+for _tag in (yamltypes.INT, yamltypes.FLOAT, yamltypes.BOOL, yamltypes.NULL, yamltypes.MERGE):
+    _Loader.add_constructor(_tag, _Loader.construct_typed)
 _Loader.add_constructor(None, _Loader.construct_undefined)
-for _tag in ("binary", "set", "omap", "pairs", "timestamp"):
+for _tag in ("binary", "set", "omap", "pairs", "timestamp", "value"):
     _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _Loader.construct_undefined)
 
 
@@ -272,9 +310,9 @@ def _parse_yaml_python(
         code = e.character if isinstance(e.character, int) else ord(e.character)
         message = f"YAML syntax error: control character U+{code:04X} is not allowed in YAML text"
         return [], [origin.problem(message, line, column)]
-    loader.variables = variables
     docs: list[Document] = []
     problems: list[RenderProblem] = []
+    unsubstituted: list[tuple[SubstitutionProblem, Node]] = []
     index = 0
     try:
         while loader.check_node():
@@ -285,10 +323,13 @@ def _parse_yaml_python(
                 problems.append(origin.problem(bad, start))
                 index += 1
                 continue
-            before = len(loader.problems)
+            before = len(loader.problems), len(unsubstituted)
+            if variables is not None and "${" in text:
+                skip = opted_out(node) if OPT_OUT_VALUE in text else set()
+                unsubstituted += substitute_tree(node, variables, lambda n: id(n) in loader.plain, skip)
             loader.lines = {}
             value = loader.construct_document(node)
-            if len(loader.problems) == before:
+            if (len(loader.problems), len(unsubstituted)) == before:
                 docs.append(Document(value, index, start, loader.lines))
             index += 1
     except TooDeep as e:
@@ -307,6 +348,9 @@ def _parse_yaml_python(
         if first is not None:
             message += f" (first at line {origin.locate(first)[1]})"
         found.append(origin.problem(message, line, column))
+    for problem, node in first_of_each(unsubstituted):  # one per name and file, not per use
+        found.append(origin.problem(problem.message, *place(text, node, problem)))
+    found.sort(key=lambda p: (p.line or 0, p.column or 0))
     problems[:0] = found
     return docs, problems
 
@@ -325,107 +369,6 @@ def _syntax_problem(e: yaml.MarkedYAMLError, origin: Origin) -> RenderProblem:
     if mark is None:
         return origin.problem(message)
     return origin.problem(message, mark.line + 1, mark.column + 1)
-
-
-# ---------------------------------------------------------------------------
-# JSON
-
-_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
-_json_object: Any = json.decoder.JSONObject  # type: ignore[attr-defined]
-_json_array: Any = json.decoder.JSONArray  # type: ignore[attr-defined]
-_py_make_scanner: Any = json.scanner.py_make_scanner  # type: ignore[attr-defined]
-
-
-def parse_json(
-    text: str, origin: Origin, variables: Mapping[str, str] | None
-) -> tuple[list[Document], list[RenderProblem]]:
-    """One JSON document (whitespace only: none), with duplicate keys and NaN refused."""
-    if not text.strip():
-        return [], []
-    problems: list[RenderProblem] = []
-    lines: dict[int, int] = {}
-    depth = 0  # of the object or array being parsed (see MAX_PARSE_DEPTH)
-
-    def enter(s: str, idx: int) -> None:
-        nonlocal depth
-        depth += 1
-        if depth > MAX_PARSE_DEPTH:
-            raise TooDeep(yaml.Mark(origin.file, idx, line_of(s, idx) - 1, column_of(s, idx) - 1, None, 0))
-
-    def line_of(s: str, idx: int) -> int:
-        return s.count("\n", 0, idx) + 1
-
-    def column_of(s: str, idx: int) -> int:
-        return idx - (s.rfind("\n", 0, idx) + 1) + 1
-
-    def sub(s: str, value: str, idx: int) -> str:
-        if variables is None:
-            return value
-        out, found = substitute(value, variables)
-        for p in found:
-            problems.append(origin.problem(p.message, line_of(s, idx), column_of(s, idx)))
-        return out
-
-    def parse_string(s: str, end: int, strict: bool) -> tuple[str, int]:
-        value, new_end = _scanstring(s, end, strict)
-        return sub(s, value, end - 1), new_end
-
-    def parse_object(
-        s_and_end: tuple[str, int],
-        strict: bool,
-        scan_once: Any,
-        object_hook: Any,
-        object_pairs_hook: Any,
-        memo: Any = None,
-    ) -> tuple[dict[str, Any], int]:
-        nonlocal depth
-        s, end = s_and_end
-        enter(s, end - 1)
-        pairs, new_end = _json_object(s_and_end, strict, scan_once, None, list, memo)
-        depth -= 1
-        data: dict[str, Any] = {}
-        for key, value in pairs:
-            key = sub(s, key, end - 1)
-            if key in data:
-                problems.append(
-                    origin.problem(
-                        f"duplicate key {key!r} in JSON object", line_of(s, end - 1), column_of(s, end - 1)
-                    )
-                )
-            data[key] = value
-        lines[id(data)] = line_of(s, end - 1)
-        return data, new_end
-
-    def parse_array(s_and_end: tuple[str, int], scan_once: Any) -> tuple[list[Any], int]:
-        nonlocal depth
-        s, end = s_and_end
-        enter(s, end - 1)
-        found: tuple[list[Any], int] = _json_array(s_and_end, scan_once)
-        depth -= 1
-        return found
-
-    def parse_constant(name: str) -> None:
-        problems.append(origin.problem(f"{name} is not valid JSON for Kubernetes"))
-
-    # The pure-Python scanner calls these hooks, which see positions the C scanner hides.
-    decoder: Any = json.JSONDecoder(parse_constant=parse_constant)
-    decoder.parse_object = parse_object
-    decoder.parse_array = parse_array
-    decoder.parse_string = parse_string
-    decoder.scan_once = _py_make_scanner(decoder)
-    try:
-        value = decoder.decode(text)
-    except json.JSONDecodeError as e:
-        return [], [origin.problem(f"JSON syntax error: {e.msg}", e.lineno, e.colno)]
-    except TooDeep as e:
-        mark = e.mark
-        return [], [origin.problem(f"JSON is {_TOO_DEEP}", mark.line + 1, mark.column + 1)]
-    except RecursionError:
-        return [], [origin.problem("JSON is nested too deeply")]
-    if problems:
-        return [], problems
-    start = line_of(text, len(text) - len(text.lstrip()))
-    return [Document(value, 0, start, lines)], []
 
 
 # ---------------------------------------------------------------------------

@@ -25,9 +25,9 @@ and ``RenderSpec.exclude``.
 
 Every child (kustomize, helm, sops) runs with a memory limit (``agent.render.limits``).
 
-Variables: ``${VAR}`` in plain manifests and in kustomize output (see
-``agent.render.substitute``); Helm output is not substituted (charts take values and
-often carry shell ``${...}`` of their own).
+Variables: ``${VAR}`` in plain manifests and kustomize output where the app substitutes
+(``RenderSpec.vars``, ``agent.render.substitute``); Helm output is not substituted (charts
+take values and often carry shell ``${...}`` of their own).
 
 Encrypted files: any document with SOPS metadata (a top-level ``sops`` key), in plain
 files, in kustomize/helm output and in the files kustomize generators read, is decrypted
@@ -58,9 +58,10 @@ from agent.errors import LocalClusterError, RenderError, RenderProblem
 from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
 from agent.render.ignore import IGNORE_FILE, Rule, ignored, parse_ignore
+from agent.render.jsonmanifest import parse_json
 from agent.render.kustomize import Graph, check_kustomization, kustomization_file, kustomize_build
 from agent.render.limits import MemoryFailures, bounded_runner, input_problems
-from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_json, parse_yaml
+from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
 from agent.render.tools import Runner, check_chart, helm_sections, helm_template
 
@@ -85,8 +86,8 @@ class RenderSpec:
     cluster: str
     #: Repository-relative directories (or files) whose objects the cluster should hold.
     paths: tuple[str, ...]
-    #: ``${VAR}`` values (``[clusters.vars]``).
-    vars: Mapping[str, str] = field(default_factory=dict)
+    #: ``${VAR}`` values, or ``None`` where the app does not substitute (``config.types.substitutes``).
+    vars: Mapping[str, str] | None = None
     #: Gitignore-like globs anchored at the repository root, skipped by the plain walk.
     exclude: tuple[str, ...] = ()
     #: The cluster's Helm chart settings, if any.
@@ -471,7 +472,7 @@ class RenderCache:
         """What of ``spec`` changes a render's output, the cluster's name aside."""
         return (
             spec.paths,
-            tuple(sorted(spec.vars.items())),
+            None if spec.vars is None else tuple(sorted(spec.vars.items())),
             spec.exclude,
             spec.helm,
             spec.max_file_bytes,

@@ -43,7 +43,8 @@ from typing import Any
 from agent.errors import LocalClusterError, RenderProblem
 from agent.model import DECRYPTED_FIELDS, DecryptFault, EncryptedSource
 from agent.render.binaries import tool
-from agent.render.manifests import Document, Origin, parse_json, parse_yaml
+from agent.render.jsonmanifest import parse_json
+from agent.render.manifests import Document, Origin, parse_yaml
 from agent.render.sops_guard import DOTENV_PREFIX, foreign_key_services, without_forged_marks
 from agent.render.tools import Runner, memory_problem, sandbox_env
 

@@ -82,7 +82,12 @@ def test_suspend_resume_and_sync_work_against_a_running_agent_and_status_prints_
     a = cluster_pool["pool-a"]
     ns = e2e.namespace("ops")
     repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "one")})
-    cfg = tune(write_config(tmp_path, repo, {"pool-a": a}), defaults={"reconcile_interval": "1h"})
+    cfg = tune(
+        write_config(tmp_path, repo, {"pool-a": a}),
+        defaults={"reconcile_interval": "1h"},
+        agent_lines='sync_interval = "0s"',  # resume's pass and sync's, back to back
+        token=True,
+    )
     runner = CliRunner()
     daemon = daemons(cfg)
     wait_for("ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)

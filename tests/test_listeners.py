@@ -237,3 +237,22 @@ def test_forced_passes_are_paced_per_app_and_a_cluster_wide_one_counts_for_each_
     assert syncs.take("east", "", 10) is None
     assert syncs.take("east", "shop", 10) == pytest.approx(10)  # the cluster-wide one included it
     assert syncs.take("west", "", 10) is None
+
+
+def _half_closed(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
+
+
+def test_a_client_that_half_closes_gets_its_answer_and_a_short_body_is_answered_400(
+    without_token: HealthServer,
+) -> None:
+    whole = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    assert _half_closed(without_token.port, whole).startswith(b"HTTP/1.1 200 ")
+    short = b"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\ntoken"
+    assert _half_closed(without_token.port, short).startswith(b"HTTP/1.1 400 ")

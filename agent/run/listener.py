@@ -32,7 +32,7 @@ from waitress import wasyncore
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import create_server
-from waitress.utilities import BadRequest, Error
+from waitress.utilities import BadRequest, Error, RequestEntityTooLarge
 
 #: WSGI's types, as far as the agent uses them.
 Environ = dict[str, Any]
@@ -95,7 +95,9 @@ class _Parser(HTTPRequestParser):  # type: ignore[misc]
 
     def received(self, data: bytes) -> int:
         n: int = super().received(data)
-        if self.headers_finished and not self._asked and self._admit is not None and not self.error:
+        # waitress's own refusal of a large Content-Length comes first; ``admit`` answers it instead.
+        mine = not self.error or isinstance(self.error, RequestEntityTooLarge)
+        if self.headers_finished and not self._asked and self._admit is not None and mine:
             self._asked = True
             answer = self._admit(self.command, self.request_uri, dict(self.headers), bool(self.chunked))
             if isinstance(answer, Early):

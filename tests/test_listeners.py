@@ -9,16 +9,22 @@ Forced passes are paced per app (``agent/run/synclimit.py``). docs/safety.md, "T
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from agent.config.load import load_config
 from agent.run.listener import Limits, allowed_hosts, cross_site, host_allowed
+from agent.run.receiver import Receiver
 from agent.run.server import HealthServer, Metrics
 from agent.run.synclimit import ForcedSyncs
 
@@ -122,16 +128,20 @@ def test_every_request_naming_a_host_not_ours_is_refused(
 
 def test_a_cross_site_write_is_refused_even_with_the_token(with_token: HealthServer) -> None:
     host = {"Host": f"127.0.0.1:{with_token.port}"}
-    for origin in ("https://evil.example", "null", f"http://localhost:{with_token.port}"):
+    for origin in ("https://evil.example", "file://", f"http://localhost:{with_token.port}"):
         assert (
             call(with_token.port, "POST", "/sync?cluster=east", {**host, **bearer(), "Origin": origin})[0]
             == 403
         )
-    fetch = {**host, **bearer(), "Sec-Fetch-Site": "cross-site"}
-    assert call(with_token.port, "POST", "/sync?cluster=east", fetch)[0] == 403
+    for site in ("cross-site", "same-site"):
+        fetch = {**host, **bearer(), "Origin": "null", "Sec-Fetch-Site": site}
+        assert call(with_token.port, "POST", "/sync?cluster=east", fetch)[0] == 403
     assert with_token.synced == []  # type: ignore[attr-defined]
     same = {**host, **bearer(), "Origin": f"http://127.0.0.1:{with_token.port}"}
     assert call(with_token.port, "POST", "/sync?cluster=east", same)[0] == 202
+    # What our own sign-in form sends (the page's Referrer-Policy is no-referrer).
+    ours = {**host, **bearer(), "Origin": "null", "Sec-Fetch-Site": "same-origin"}
+    assert call(with_token.port, "POST", "/sync?cluster=east", ours)[0] == 202
 
 
 def test_hosts_and_origins_are_compared_without_port_case_or_brackets() -> None:
@@ -142,6 +152,8 @@ def test_hosts_and_origins_are_compared_without_port_case_or_brackets() -> None:
     assert not cross_site("http://127.0.0.1:8080", "127.0.0.1:8080")
     assert not cross_site("https://gitops.example.com", "gitops.example.com")
     assert cross_site("https://gitops.example.com", "gitops.example.com:80")
+    assert not cross_site("null", "gitops.example.com", "same-origin")
+    assert cross_site("null", "gitops.example.com", "cross-site")
 
 
 SLOW = Limits(header_timeout=2.0, body_timeout=2.0, max_connections=100, threads=2, max_body_bytes=65536)
@@ -256,3 +268,95 @@ def test_a_client_that_half_closes_gets_its_answer_and_a_short_body_is_answered_
     assert _half_closed(without_token.port, whole).startswith(b"HTTP/1.1 200 ")
     short = b"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\ntoken"
     assert _half_closed(without_token.port, short).startswith(b"HTTP/1.1 400 ")
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Receiver]:
+    """A receiver with one GitHub hook and 2 s deadlines, on loopback (no daemon: pushes are noted)."""
+    (tmp_path / "hook").write_text("hook-secret\n")
+    (tmp_path / "kubeconfig").write_text("")
+    cfg = load_config(_config(tmp_path))
+    r = Receiver(cfg, on_push=lambda sources, why: None, registry=CollectorRegistry(), sources=dict)
+    r.start()
+    yield r
+    r.stop()
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f"""
+[agent]
+listen = ""
+header_timeout = "2s"
+allowed_hosts = ["hooks.example.com"]
+
+[receiver]
+listen = "127.0.0.1:0"
+read_timeout = "2s"
+
+[[receivers]]
+name = "github"
+kind = "github"
+secret_file = "{tmp_path / 'hook'}"
+rate_limit = 1
+burst = 1
+
+[source]
+url = "{tmp_path}"
+
+[[clusters]]
+name = "c"
+kubeconfig = "kubeconfig"
+path = "c"
+"""
+    )
+    return path
+
+
+def test_the_receiver_refuses_a_host_not_ours_and_unsigned_requests_never_use_up_the_hooks_limit(
+    receiver: Receiver,
+) -> None:
+    push = {"X-GitHub-Event": "push", "X-GitHub-Delivery": "d-1", "Content-Type": "application/json"}
+    port = receiver.port
+    assert call_body(port, "/hook/github", b"{}", {**push, "Host": "rebound.attacker.example"})[0] == 421
+    for _ in range(5):  # the hook allows one request a minute: unsigned ones are not charged
+        assert call_body(port, "/hook/github", b"{}", {**push, "X-Hub-Signature-256": "sha256=00"})[0] == 401
+    sig = "sha256=" + hmac.new(b"hook-secret", b"{}", hashlib.sha256).hexdigest()
+    ping = {**push, "X-GitHub-Event": "ping", "X-Hub-Signature-256": sig}
+    assert call_body(port, "/hook/github", b"{}", ping)[0] == 200
+    assert call_body(port, "/hook/github", b"{}", {**ping, "X-GitHub-Delivery": "d-2"})[0] == 429
+
+
+@pytest.mark.parametrize(
+    ("first", "drip"),
+    [
+        (b"POST /hook/github HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"X-Slow: a\r\n"),
+        (b"POST /hook/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 60000\r\n\r\n", b"{"),
+    ],
+    ids=["headers", "body"],
+)
+def test_the_receiver_drops_slow_connections_at_its_deadlines(
+    receiver: Receiver, first: bytes, drip: bytes
+) -> None:
+    start = time.monotonic()
+    closed_at: list[float] = []
+    threads = [
+        threading.Thread(target=_trickle, args=(receiver.port, first, drip, closed_at, start), daemon=True)
+        for _ in range(20)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(closed_at) == 20 and max(closed_at) < 3.0, closed_at
+
+
+def call_body(port: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()

@@ -290,13 +290,16 @@ def host_allowed(header: str, allowed: frozenset[str]) -> bool:
 
 
 def cross_site(origin: str, host: str, fetch_site: str = "") -> bool:
-    """Whether a write comes from another site: its ``Origin`` names another authority than the
-    ``Host`` it was sent to (or is ``null``), or the browser says so (``Sec-Fetch-Site``)."""
-    if fetch_site.lower() == "cross-site":
+    """Whether a write comes from another site: the browser says so (``Sec-Fetch-Site`` other
+    than ``same-origin`` or ``none``), or its ``Origin`` names another authority than the
+    ``Host`` it was sent to. ``Origin: null`` alone decides nothing: our own pages send it
+    (``Referrer-Policy: no-referrer`` makes a browser's form POST say ``null``)."""
+    if fetch_site and fetch_site.strip().lower() not in ("same-origin", "none"):
         return True
-    if not origin:
+    origin = origin.strip()
+    if not origin or origin == "null":
         return False
-    url = urlsplit(origin.strip())
+    url = urlsplit(origin)
     if url.scheme not in ("http", "https") or not url.netloc:
         return True
     default = "443" if url.scheme == "https" else "80"

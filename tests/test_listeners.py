@@ -298,7 +298,7 @@ read_timeout = "2s"
 [[receivers]]
 name = "github"
 kind = "github"
-secret_file = "{tmp_path / 'hook'}"
+secret_file = "{tmp_path / "hook"}"
 rate_limit = 1
 burst = 1
 

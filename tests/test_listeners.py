@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
+from agent.cli import ops as cli_ops
 from agent.config.load import load_config
 from agent.run.listener import Limits, allowed_hosts, cross_site, host_allowed
 from agent.run.receiver import Receiver
@@ -36,7 +38,7 @@ def _server(token: str = "", limits: Limits | None = None, **kw: Any) -> HealthS
 
     def sync(name: str, app: str | None = None) -> tuple[int, dict[str, Any]]:
         synced.append(name)
-        return 202, {"cluster": name}
+        return 202, {"cluster": name, "next_run": "now"}
 
     server = HealthServer(
         "127.0.0.1:0",
@@ -360,3 +362,19 @@ def call_body(port: int, path: str, body: bytes, headers: dict[str, str]) -> tup
         return resp.status, resp.read()
     finally:
         conn.close()
+
+
+def test_gitops_agent_sync_sends_the_token_and_a_refusal_points_at_local(
+    tmp_path: Path, with_token: HealthServer, without_token: HealthServer
+) -> None:
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    for server, token_line, code in ((with_token, 'ui_token_file = "token"', 0), (without_token, "", 1)):
+        path = tmp_path / f"agent-{server.port}.toml"
+        path.write_text(
+            f'[agent]\nlisten = "127.0.0.1:{server.port}"\n{token_line}\n[source]\nurl = "{tmp_path}"\n'
+            '[[clusters]]\nname = "east"\nkubeconfig = "kubeconfig"\npath = "east"\n'
+        )
+        out = CliRunner().invoke(cli_ops.sync, ["--config", str(path), "--cluster", "east"])
+        assert out.exit_code == code, out.output
+    assert with_token.synced == ["east"] and without_token.synced == []  # type: ignore[attr-defined]
+    assert "sync --local" in out.output and "403" not in out.output

@@ -18,6 +18,7 @@ Started by ``server.HealthServer`` and ``receiver.Receiver``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import threading
@@ -230,7 +231,8 @@ class Listener:
         if self._thread.ident is None:
             self._close()
             return
-        self.server.pull_trigger()
+        with contextlib.suppress(OSError):  # the loop saw the flag first and closed the trigger
+            self.server.pull_trigger()
         self._thread.join(10)
 
     def _run(self) -> None:

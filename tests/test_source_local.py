@@ -292,7 +292,9 @@ def test_a_symlink_leaving_the_repository_fails_only_the_apps_that_contain_or_re
     origin.commit({f"apps/{a}/cm.yaml": cm.format(a) for a in ("a", "b", "c")}, "three apps")
     os.symlink("/etc/passwd", origin.work / "apps" / "a" / "stolen.yaml")
     os.symlink("../a", origin.work / "apps" / "c" / "from-a")  # c reaches a's files
-    origin.commit({}, "a link out of the repository, and one to it")
+    (origin.work / "apps" / "d").mkdir()
+    os.symlink("/etc/hostname", origin.work / "apps" / "d" / ".gitops-agent-ignore")
+    origin.commit({"apps/d/cm.yaml": cm.format("d")}, "links out of the repository, and one to one")
     rev = make_source(origin.url, tmp_path / "cache")[0].poll()
     assert [o.key.name for o in render(rev.tree, RenderSpec("c", ("apps/b",), {})).objects] == ["b"]
     for app in ("a", "c"):
@@ -300,6 +302,10 @@ def test_a_symlink_leaving_the_repository_fails_only_the_apps_that_contain_or_re
             render(rev.tree, RenderSpec("c", (f"apps/{app}",), {}))
         assert [p.file for p in caught.value.problems] == ["apps/a/stolen.yaml"], caught.value.problems
         assert "dangling symlink" in caught.value.problems[0].message
+    # Rules that cannot be read would render what they exclude: the app fails instead.
+    with pytest.raises(RenderError) as caught:
+        render(rev.tree, RenderSpec("c", ("apps/d",), {}))
+    assert [p.file for p in caught.value.problems] == ["apps/d/.gitops-agent-ignore"]
 
 
 def test_a_symlink_inside_the_checkout_is_kept(origin: Origin, tmp_path: Path) -> None:

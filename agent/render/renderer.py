@@ -283,6 +283,12 @@ class _Render:
         ignore = directory / IGNORE_FILE
         if ignore.is_file():
             rules = rules + parse_ignore(ignore.read_text("utf-8", "replace"), base)
+        elif ignore.is_symlink():  # unreadable rules would render what they exclude: fail closed
+            target = os.readlink(ignore)
+            self.problems.append(
+                RenderProblem(f"{base}/{IGNORE_FILE}".lstrip("/"), f"dangling symlink ({target})")
+            )
+            return
         try:
             entries = sorted(os.listdir(directory))
         except OSError as e:

@@ -284,10 +284,8 @@ class _Render:
         if ignore.is_file():
             rules = rules + parse_ignore(ignore.read_text("utf-8", "replace"), base)
         elif ignore.is_symlink():  # unreadable rules would render what they exclude: fail closed
-            target = os.readlink(ignore)
-            self.problems.append(
-                RenderProblem(f"{base}/{IGNORE_FILE}".lstrip("/"), f"dangling symlink ({target})")
-            )
+            where = f"{base}/{IGNORE_FILE}".lstrip("/")
+            self.problems.append(RenderProblem(where, f"dangling symlink ({os.readlink(ignore)})"))
             return
         try:
             entries = sorted(os.listdir(directory))

@@ -37,6 +37,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The ``[agent] ui_token_file`` token ``tune(token=True)`` configures; ``http`` sends it.
+TOKEN = "daemonkit-ui-token"
+
+
 def tune(
     cfg: Config,
     *,
@@ -44,10 +48,15 @@ def tune(
     poll: str = "1s",
     agent_lines: str = "",
     defaults: dict[str, str | int] | None = None,
+    token: bool = False,
 ) -> Config:
-    """The same config with a loopback listen port, a short source poll and ``[defaults]`` overrides."""
+    """The same config with a loopback listen port, a short source poll and ``[defaults]`` overrides;
+    ``token``: with ``[agent] ui_token_file`` (``TOKEN``), which ``POST /sync`` needs."""
     path = Path(cfg.file)
     text = path.read_text()
+    if token:
+        (path.parent / "ui-token").write_text(TOKEN + "\n")
+        agent_lines = "\n".join(filter(None, [agent_lines, 'ui_token_file = "ui-token"']))
     for key, value in (defaults or {}).items():
         line = f"{key} = {value}" if isinstance(value, int) else f'{key} = "{value}"'
         if re.search(rf"^{key} = .*$", text, flags=re.M):
@@ -81,8 +90,11 @@ def url(cfg: Config, path: str) -> str:
     return f"http://{cfg.agent.listen}{path}"
 
 
-def http(target: str, method: str = "GET") -> tuple[int, str]:
-    req = urllib.request.Request(target, method=method, data=b"" if method == "POST" else None)
+def http(target: str, method: str = "GET", *, token: str = TOKEN) -> tuple[int, str]:
+    """(status, body); sends ``token`` as a bearer (ignored where none is configured)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    data = b"" if method == "POST" else None
+    req = urllib.request.Request(target, method=method, data=data, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status, resp.read().decode()

@@ -128,6 +128,7 @@ def _agent_commands(tmp_path: Path, kubeconfig: Path) -> None:
         write_config(tmp_path, repo, {"app": kubeconfig}),
         agent_lines='log_level = "debug"\nshutdown_grace = "2s"',
         defaults={"reconcile_interval": "1h"},
+        token=True,  # the daemon's /sync needs it, and `status`/`sync` send it
     )
     config = ["--config", cfg.file]
     at = ["--config", cfg.file, "--cluster", "app"]

@@ -141,9 +141,13 @@ def test_backoff_doubles_to_its_cap_and_is_zero_after_success() -> None:
     assert [backoff_delay(n, base=10, cap=600) for n in range(9)] == [0, 10, 20, 40, 80, 160, 320, 600, 600]
 
 
-def _get(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+def _get(port: int, path: str, method: str = "GET", token: str = "") -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None
+        f"http://127.0.0.1:{port}{path}",
+        method=method,
+        data=b"" if method == "POST" else None,
+        headers=headers,
     )
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
@@ -175,6 +179,7 @@ def test_liveness_healthz_fails_only_when_the_agents_own_tick_stops() -> None:
         status=lambda: {"clusters": [{"cluster": "east", "state": "failed"}]},
         sync=sync,
         stuck_after=1.0,
+        token="t0ken",
     )
     server.start()
     try:
@@ -182,10 +187,10 @@ def test_liveness_healthz_fails_only_when_the_agents_own_tick_stops() -> None:
         assert _get(server.port, "/readyz")[0] == 503
         ready[0] = None
         assert _get(server.port, "/readyz")[0] == 200
-        assert json.loads(_get(server.port, "/status")[1])["clusters"][0]["state"] == "failed"
-        assert _get(server.port, "/sync?cluster=east", "POST")[0] == 202
-        assert _get(server.port, "/sync?cluster=nope", "POST")[0] == 404
-        assert _get(server.port, "/sync", "POST")[0] == 400
+        assert json.loads(_get(server.port, "/status", token="t0ken")[1])["clusters"][0]["state"] == "failed"
+        assert _get(server.port, "/sync?cluster=east", "POST", "t0ken")[0] == 202
+        assert _get(server.port, "/sync?cluster=nope", "POST", "t0ken")[0] == 404
+        assert _get(server.port, "/sync", "POST", "t0ken")[0] == 400
         assert synced == ["east", "nope"]
         tick[0] = time.monotonic() - 5
         code, body = _get(server.port, "/healthz")

@@ -180,6 +180,43 @@ def test_every_variant_is_a_complete_hardened_install(variant: str) -> None:
     )
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_admits_the_listeners_only_as_its_network_policy_says(variant: str) -> None:
+    """The agent's port only from its own namespace and labelled ones; the receiver's from
+    anywhere (the Git host, through an Ingress; every request must be signed); nothing else."""
+    docs = build(VARIANTS[variant])
+    dep = one(docs, "Deployment")
+    (policy,) = [p for p in of_kind(docs, "NetworkPolicy") if p["metadata"]["namespace"] == AGENT_NS]
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]
+    rules = {tuple(p["port"] for p in r["ports"]): r for r in spec["ingress"]}
+    assert set(rules) == {("http",), ("webhooks",)}
+    assert {p["name"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]} == {
+        "http",
+        "webhooks",
+    }
+    assert "from" not in rules[("webhooks",)]
+    assert rules[("http",)]["from"] == [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"gitops-agent.io/listener-access": "true"}}},
+    ]
+
+
+def test_the_cluster_wide_install_says_it_is_effectively_cluster_admin_and_names_multi_tenant() -> None:
+    rbac = (MANIFESTS / "cluster-rbac" / "rbac-cluster.yaml").read_text()
+    assert "cannot make it more powerful" not in rbac
+    for needle in ("EFFECTIVELY CLUSTER-ADMIN", "serviceaccounts/token", "kube-system", "admission webhooks"):
+        assert needle in rbac, needle
+    assert "manifests/multi-tenant" in rbac
+    top = (MANIFESTS / "kustomization.yaml").read_text()
+    assert "cluster-admin" in top and "manifests/multi-tenant" in top
+    assert (
+        "recommended install on a cluster shared by teams"
+        in (MANIFESTS / "multi-tenant" / "kustomization.yaml").read_text()
+    )
+
+
 def test_cluster_rbac_grants_only_the_verbs_the_agent_uses() -> None:
     docs = build(MANIFESTS)
     role = one(docs, "ClusterRole")

@@ -164,22 +164,27 @@ secret_file = "{gitlab_secret}"
     # while the client has sent one byte in a million of it.
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(
-            b"POST /hook/github HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+            b"POST /hook/github HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"X-GitHub-Event: push\r\nContent-Length: 100000000\r\n\r\n{"
         )
         answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    # A burst of 200 from one source: its 20-request burst is let through (to be refused for
-    # their signature), the other 180 are throttled before anything is read or checked.
+    # A flood of unsigned requests is refused for its signature, and never uses up the hook's own
+    # rate limit (charged only once a signature verifies): the hook still takes its 20-request
+    # burst of signed deliveries (pings here, so nothing polls), and throttles what follows.
     codes: dict[int, int] = {}
     started = time.monotonic()
-    for i in range(200):
+    for i in range(50):
         code, _ = post(port, "flood", body, signed(body, f"flood-{i}", "guessed"))
+        codes[code] = codes.get(code, 0) + 1
+    assert codes == {401: 50}, codes
+    for i in range(25):
+        code, _ = post(port, "flood", b"{}", signed(b"{}", f"ping-{i}", event="ping"))
         codes[code] = codes.get(code, 0) + 1
     burst_seconds = time.monotonic() - started
     assert burst_seconds < 60  # the bucket refills one request a minute
-    assert codes == {401: 20, 429: 180}, codes
-    print(f"\nMEASURED 200 requests to one hook in {burst_seconds:.2f}s: {codes}")
+    assert codes == {401: 50, 200: 20, 429: 5}, codes
+    print(f"\nMEASURED 50 unsigned then 25 signed requests to one hook in {burst_seconds:.2f}s: {codes}")
 
     # Nothing reconciled: the Git host was not asked anything, the cluster still holds v1.
     time.sleep(2)  # on purpose: a poll asked for by mistake would have reached the Git host by now
@@ -188,7 +193,7 @@ secret_file = "{gitlab_secret}"
     code, _ = http(url(cfg, "/healthz"))
     assert code == 200
     answers = {r["name"]: r["answers"] for r in status(cfg)["receiver"]["receivers"]}
-    assert answers["flood"] == {"401": 20, "429": 180}
+    assert answers["flood"] == {"200": 20, "401": 50, "429": 5}
     assert answers["github"]["202"] == 2 and answers["github"]["401"] == 3 and answers["github"]["413"] == 1
     # And the receiver still works: the waiting commit goes in with the next signed push.
     assert post(port, "github", body, signed(body, "delivery-9"))[0] == 202

@@ -230,7 +230,7 @@ def test_liveness_revoked_credentials_and_a_wrong_ca_are_clear_errors_and_health
         f"clusters/{n}/app.yaml": configmaps(e2e.delete_namespace_after(f"{ns}-{n}"), "hi") for n in targets
     }
     repo = make_repo(tmp_path, files)
-    cfg = tune(write_config(tmp_path, repo, targets), defaults={"reconcile_interval": "30s"})
+    cfg = tune(write_config(tmp_path, repo, targets), defaults={"reconcile_interval": "30s"}, token=True)
     cluster_ctl.revoke(a, sa)
     daemons(cfg, backoff_base=0.5, backoff_cap=2.0)
     with HealthWatch(cfg) as health:

@@ -39,6 +39,51 @@ def _cm(kubeconfig: Path, ns: str, name: str) -> dict | None:  # type: ignore[ty
     return json.loads(out) if out.strip() else None
 
 
+def _passes(cfg: Config, cluster: str) -> float:
+    """Passes of ``cluster`` so far, from ``/metrics``."""
+    lines = http(url(cfg, "/metrics"))[1].splitlines()
+    want = f'cluster="{cluster}"'
+    return sum(
+        float(x.rsplit(" ", 1)[1])
+        for x in lines
+        if x.startswith("gitops_agent_reconcile_total{") and want in x
+    )
+
+
+def test_a_flood_of_forced_syncs_runs_one_pass_per_interval_and_unauthenticated_ones_none(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, daemons: Daemons
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("flood")
+    repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "one")})
+    cfg = tune(
+        write_config(tmp_path, repo, {"pool-a": a}),
+        defaults={"reconcile_interval": "1h"},
+        agent_lines='sync_interval = "1h"',
+        token=True,
+    )
+    daemons(cfg)
+    wait_for("the first pass", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)
+    before = _passes(cfg, "pool-a")
+    sync = url(cfg, "/sync?cluster=pool-a")
+    unauthenticated = {http(sync, "POST", token="")[0] for _ in range(20)}
+    assert unauthenticated == {401}
+    codes: list[int] = []
+    retry_after: set[int] = set()
+    end = time.monotonic() + 3
+    while time.monotonic() < end:  # ~3 s of requests: several passes' worth, as fast as they answer
+        code, body = http(sync, "POST")
+        codes.append(code)
+        if code == 429:
+            retry_after.add(json.loads(body)["retry_after"])
+    assert codes[0] == 202 and set(codes) <= {202, 429} and 429 in codes, codes
+    assert retry_after and max(retry_after) <= 3600
+    wait_for("the one forced pass", lambda: _passes(cfg, "pool-a") >= before + 1, 30)
+    time.sleep(2)  # on purpose: a second forced pass, if one had been let through, runs by now
+    assert _passes(cfg, "pool-a") == before + 1
+    print(f"\nMEASURED {len(codes)} forced syncs in 3 s: {_passes(cfg, 'pool-a') - before:g} pass(es)")
+
+
 def test_config_reload_adds_a_cluster_and_removing_one_deletes_nothing_in_it(
     tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, daemons: Daemons
 ) -> None:
@@ -82,7 +127,12 @@ def test_suspend_resume_and_sync_work_against_a_running_agent_and_status_prints_
     a = cluster_pool["pool-a"]
     ns = e2e.namespace("ops")
     repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": configmaps(ns, "one")})
-    cfg = tune(write_config(tmp_path, repo, {"pool-a": a}), defaults={"reconcile_interval": "1h"})
+    cfg = tune(
+        write_config(tmp_path, repo, {"pool-a": a}),
+        defaults={"reconcile_interval": "1h"},
+        agent_lines='sync_interval = "0s"',  # resume's pass and sync's, back to back
+        token=True,
+    )
     runner = CliRunner()
     daemon = daemons(cfg)
     wait_for("ok", lambda: cluster_status(cfg, "pool-a")["state"] == "ok", 30)

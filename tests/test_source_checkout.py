@@ -114,19 +114,22 @@ def test_a_new_commit_writes_only_its_changed_files_and_equals_a_fresh_checkout(
     [{"apps/up": "../../outside"}, {"d/l1": "..", "d/l2": "l1/.."}],
     ids=["dot-dot", "chained"],
 )
-def test_a_recycled_checkout_refuses_a_symlink_leaving_it(
+def test_a_recycled_checkout_makes_a_symlink_leaving_it_dangling(
     origin: Origin, tmp_path: Path, links: dict[str, str]
 ) -> None:
     source = _warm(origin, tmp_path)
-    good = source.last_good
     for rel, target in links.items():
         path = origin.work / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, path)
-    bad = origin.commit({}, "add links")
-    with pytest.raises(SourceError, match="points outside the repository checkout"):
-        source.poll()
-    assert not (source.checkouts / bad).exists() and source.last_good == good
+    sha = origin.commit({}, "add links")
+    rev = source.poll()
+    assert rev.sha == sha
+    base = os.path.realpath(rev.tree)
+    for rel in links:
+        resolved = os.path.realpath(rev.tree / rel)
+        assert resolved == base or resolved.startswith(base + os.sep), rel
+    assert any(os.readlink(rev.tree / rel) == agent.source.checkout.REFUSED_LINK for rel in links)
     assert [p.name for p in source.checkouts.iterdir() if p.name.startswith(".tmp-")] == []
 
 

@@ -14,7 +14,9 @@ import pygit2
 import pytest
 from gitserver import Origin, git, make_source, origin_fixture  # noqa: F401  (fixture)
 
-from agent.errors import SourceError
+from agent.errors import RenderError, SourceError
+from agent.render.renderer import RenderSpec, render
+from agent.source.checkout import REFUSED_LINK
 
 
 def test_follows_a_branch_and_reports_the_commit(origin: Origin, tmp_path: Path) -> None:
@@ -259,21 +261,51 @@ def test_old_checkouts_are_collected_but_never_the_current_one(origin: Origin, t
     ],
     ids=["absolute", "dot-dot", "through-subdir", "chained"],
 )
-def test_a_symlink_leaving_the_checkout_is_rejected_before_rendering(
+def test_a_symlink_leaving_the_checkout_is_made_dangling_and_the_commit_still_checks_out(
     origin: Origin, tmp_path: Path, links: dict[str, str]
 ) -> None:
     source, _ = make_source(origin.url, tmp_path / "cache")
-    good = source.poll()
+    source.poll()
     for rel, target in links.items():
         path = origin.work / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, path)
-    bad = origin.commit({}, "add links")
-    with pytest.raises(SourceError, match="points outside the repository checkout") as err:
-        source.poll()
-    assert not err.value.retryable
-    assert not (source.checkouts / bad).exists()
-    assert source.last_good == good
+    sha = origin.commit({}, "add links")
+    rev = source.poll()
+    assert rev.sha == sha and source.last_good == rev
+    _nothing_leaves(rev.tree)
+    assert any(os.readlink(rev.tree / rel) == REFUSED_LINK for rel in links)
+
+
+def _nothing_leaves(tree: Path) -> None:
+    base = os.path.realpath(tree)
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in dirnames + filenames:
+            resolved = os.path.realpath(os.path.join(dirpath, name))
+            assert resolved == base or resolved.startswith(base + os.sep), (name, resolved)
+
+
+def test_a_symlink_leaving_the_repository_fails_only_the_apps_that_contain_or_reach_it(
+    origin: Origin, tmp_path: Path
+) -> None:
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {}\n  namespace: default\n"
+    origin.commit({f"apps/{a}/cm.yaml": cm.format(a) for a in ("a", "b", "c")}, "three apps")
+    os.symlink("/etc/passwd", origin.work / "apps" / "a" / "stolen.yaml")
+    os.symlink("../a", origin.work / "apps" / "c" / "from-a")  # c reaches a's files
+    (origin.work / "apps" / "d").mkdir()
+    os.symlink("/etc/hostname", origin.work / "apps" / "d" / ".gitops-agent-ignore")
+    origin.commit({"apps/d/cm.yaml": cm.format("d")}, "links out of the repository, and one to one")
+    rev = make_source(origin.url, tmp_path / "cache")[0].poll()
+    assert [o.key.name for o in render(rev.tree, RenderSpec("c", ("apps/b",), {})).objects] == ["b"]
+    for app in ("a", "c"):
+        with pytest.raises(RenderError) as caught:
+            render(rev.tree, RenderSpec("c", (f"apps/{app}",), {}))
+        assert [p.file for p in caught.value.problems] == ["apps/a/stolen.yaml"], caught.value.problems
+        assert "dangling symlink" in caught.value.problems[0].message
+    # Rules that cannot be read would render what they exclude: the app fails instead.
+    with pytest.raises(RenderError) as caught:
+        render(rev.tree, RenderSpec("c", ("apps/d",), {}))
+    assert [p.file for p in caught.value.problems] == ["apps/d/.gitops-agent-ignore"]
 
 
 def test_a_symlink_inside_the_checkout_is_kept(origin: Origin, tmp_path: Path) -> None:

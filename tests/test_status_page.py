@@ -219,3 +219,18 @@ def test_off_on_a_public_address_without_a_token_the_page_says_why(tmp_path: Pat
     page = _page(FileStore(tmp_path), ClusterStatus("prod"), access=auth.Access.OFF)
     answer = page.handle("GET", "/ui/", {})
     assert answer.code == 403 and b"ui_token_file" in answer.body
+
+
+@pytest.mark.parametrize(
+    "next_",
+    ["/ui/%0d%0aSet-Cookie:%20gitops_agent_ui=forged", "/ui/%0aX-Injected:%201", "/ui/%09", "/ui\\evil"],
+)
+def test_a_sign_in_never_carries_a_control_character_of_next_into_the_location_header(
+    tmp_path: Path, next_: str
+) -> None:
+    page = _page(FileStore(tmp_path), ClusterStatus("prod"), access=auth.Access.TOKEN, token="s3cret")
+    answer = page.handle("POST", "/ui/login", {}, b"token=s3cret&next=" + next_.encode())
+    location = dict(answer.headers)["Location"]
+    assert answer.code == 303 and location == "/ui/"
+    shown = page.handle("GET", "/ui/login?next=" + next_, {})
+    assert b"Set-Cookie:" not in shown.body and b"X-Injected" not in shown.body

@@ -216,7 +216,7 @@ suspend = true
             "-p",
             json.dumps({"data": {"password": b64(SECRET_LIVE)}}),
         )
-        assert http(url(cfg, "/sync?cluster=pool-a"), "POST")[0] == 202
+        assert daemon.sync("pool-a")[0] == 202  # the HTTP side of /sync: tests/test_listeners.py
         wait_for(
             "web's yields on its page",
             lambda: (

@@ -7,7 +7,9 @@ changes: every pass reads it first and, while it is set, changes nothing
 there. ``sync`` asks the running agent (``POST /sync?cluster=NAME`` on
 ``[agent] listen``) for a pass now; when no agent answers there it runs one
 pass itself (taking the cluster's Lease first when Leases are configured).
-``status`` prints the per-cluster table of the running agent's ``/status``.
+``status`` prints the per-cluster table of the running agent's ``/status``. ``sync``, ``resume``
+and ``status`` send ``[agent] ui_token_file``'s token, which the agent asks for (``/sync``
+always, ``/status`` when one is configured).
 Only what reaches a cluster from this process needs its kubeconfig to exist
 (``cli_common.require_access``): ``status`` and a ``sync`` the agent takes
 work from a machine without them.
@@ -37,7 +39,7 @@ from agent.cli.common import (
     select_apps,
 )
 from agent.config.types import AppConfig, ClusterConfig, Config
-from agent.errors import AgentError, ApiError
+from agent.errors import AgentError, ApiError, ConfigError
 
 _config = click.option(
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="Agent config (TOML)."
@@ -58,9 +60,21 @@ def agent_url(cfg: Config) -> str:
     return f"http://{host}:{port}"
 
 
-def _call(url: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, Any]:
+def agent_token(cfg: Config) -> str:
+    """The token ``/sync`` and ``/status`` ask for (``[agent] ui_token_file``); "" when this
+    machine cannot read it (the agent then refuses, and the command says what to do)."""
+    from agent.run.statuspage import ui_token
+
+    try:
+        return ui_token(cfg.agent)
+    except ConfigError:
+        return ""
+
+
+def _call(url: str, method: str = "GET", timeout: float = 10.0, token: str = "") -> tuple[int, Any]:
     """(status, decoded JSON) from the agent; raises ``OSError`` when nothing answers."""
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read() or b"null")
@@ -135,7 +149,7 @@ def _suspend_or_resume(config_file: str, cluster_name: str, app_name: str | None
     if url and not suspended and not failed:
         # The running agent picks the change up at its next pass; ask for that pass now.
         with contextlib.suppress(OSError):
-            _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST", timeout=3.0)
+            _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST", timeout=3.0, token=agent_token(cfg))
     if failed:
         sys.exit(EXIT_FAILED)
 
@@ -180,7 +194,7 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
     url = agent_url(cfg)
     if url and not local:
         try:
-            code, body = _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST")
+            code, body = _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST", token=agent_token(cfg))
         except OSError:
             click.echo(f"no agent answers at {url}; running one pass here", err=True)
         else:
@@ -190,6 +204,12 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
                 )
                 return
             click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)
+            if code in (401, 403):
+                click.echo(
+                    "the agent's /sync needs the token of [agent] ui_token_file; "
+                    "`gitops-agent sync --local` runs the pass here instead",
+                    err=True,
+                )
             sys.exit(EXIT_FAILED)
     # The running agent reaches the cluster with its own files; a pass here needs them (and the
     # management cluster's, for the Lease).
@@ -293,7 +313,7 @@ def status(config_file: str, as_json: bool) -> None:
         click.echo("config error: [agent] listen is empty; the agent serves no status", err=True)
         sys.exit(EXIT_USAGE)
     try:
-        code, doc = _call(f"{url}/status")
+        code, doc = _call(f"{url}/status", token=agent_token(cfg))
     except OSError as e:
         click.echo(f"no agent answers at {url}: {e}", err=True)
         sys.exit(EXIT_FAILED)

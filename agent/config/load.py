@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from agent.config import notify
 from agent.config.apps import Placed, check_apps
 from agent.config.health_checks import HealthCheck, health_checks, wait_setting
+from agent.config.listeners import listener_keys
 from agent.config.tomlreader import TableReader, too_deep, type_name
 from agent.config.types import (
     AGENT_DEFAULTS,
@@ -345,7 +346,7 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
     lease_namespace = r.get("lease_namespace", str, d.lease_namespace)
     if lease_namespace and not _DNS_LABEL.match(lease_namespace):
         raise r.error("lease_namespace", f"not a valid namespace name: {lease_namespace!r}")
-    timings = {
+    timings: dict[str, Any] = {
         name: r.duration(name, getattr(d, name), minimum=minimum)
         for name, minimum in (
             ("lease_duration", 1.0),
@@ -356,6 +357,7 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
             ("backoff_base", 0.001),
             ("backoff_cap", 0.001),
             ("reload_interval", 0.0),
+            ("sync_interval", 0.0),
         )
     }
     if not timings["retry_period"] < timings["renew_deadline"] < timings["lease_duration"]:
@@ -377,6 +379,7 @@ def _agent(r: TableReader, base_dir: Path) -> AgentSettings:
         replica_id=r.get("replica_id", str, d.replica_id),
         public_url=public_url,
         **timings,
+        **listener_keys(r, d),
     )
     r.finish()
     return cfg

@@ -137,6 +137,19 @@ class AgentSettings:
     #: Where people reach this agent's HTTP server (``https://gitops.example.com``): the links in
     #: notifications and commit statuses, and the status page's deep links ("": no links).
     public_url: str = ""
+    #: Host names both listeners answer to, besides IP literals, ``localhost`` and the host of
+    #: ``public_url``; a request naming any other ``Host`` is refused (421: DNS rebinding).
+    allowed_hosts: tuple[str, ...] = ()
+    #: Both listeners: seconds a client has, in total, to send a request's headers (from the
+    #: connection's opening or its previous answer), and then its body; past either the
+    #: connection is closed (the receiver's body deadline is ``[receiver] read_timeout``).
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    #: Both listeners: open connections at most (more wait to be accepted), and worker threads.
+    max_connections: int = 100
+    http_threads: int = 4
+    #: ``POST /sync``: seconds between two forced passes of one app (sooner: 429).
+    sync_interval: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ never slows a pass or another sink.
 ``notifier.Notifier`` puts messages (never blocks: when the queue is full the oldest message is
 dropped and counted); the sink's thread sends them in order, each attempt bounded by the sink's
 ``timeout``, retrying a connection error, a timeout, 408, 429 or 5xx up to ``retries`` times with
-doubling backoff, and giving up at once on other answers. Every outcome is counted
+doubling backoff, and giving up at once on other answers. A redirect is such an answer: it is
+never followed, since following it would carry the sink's credentials (``Authorization``,
+``PRIVATE-TOKEN``) to whatever host the ``Location`` names and turn the POST into a GET whose
+200 was never a delivery. Every outcome is counted
 (``gitops_agent_notifications_total{sink, result="sent|failed|dropped"}``) and logged by the
 message's name, never its address; error texts are masked.
 """
@@ -82,6 +85,16 @@ def _classify(e: BaseException) -> str:
     if isinstance(reason, socket.gaierror):
         return "host not found"
     return type(reason).__name__
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Answers every 3xx with ``HTTPError`` (the module docstring says why)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class Delivery:
@@ -179,7 +192,7 @@ class Delivery:
         self.metrics.attempts.labels(self.sink.name).inc()
         r = urllib.request.Request(req.url, data=req.body, headers=req.headers, method=req.method)
         try:
-            with urllib.request.urlopen(r, timeout=self.sink.cfg.timeout) as resp:
+            with _OPENER.open(r, timeout=self.sink.cfg.timeout) as resp:
                 resp.read(65536)
             return _Attempt.OK, ""
         except urllib.error.HTTPError as e:

@@ -200,6 +200,10 @@ class _Render:
         ignore = directory / IGNORE_FILE
         if ignore.is_file():
             rules = rules + parse_ignore(ignore.read_text("utf-8", "replace"), base)
+        elif ignore.is_symlink():  # unreadable rules would render what they exclude: fail closed
+            where = f"{base}/{IGNORE_FILE}".lstrip("/")
+            self.problems.append(RenderProblem(where, f"dangling symlink ({os.readlink(ignore)})"))
+            return
         try:
             entries = sorted(os.listdir(directory))
         except OSError as e:

@@ -2,13 +2,17 @@
 
 It faces the Git host (its own Service in ``manifests/``), so nothing else is served there:
 ``/metrics``, ``/status`` and ``/sync`` stay on ``[agent] listen``. ``scheduler.Daemon`` starts it
-when ``[receiver] listen`` is set. Each request, in this order (``webhooks`` decides each step):
+when ``[receiver] listen`` is set; ``listener.Listener`` serves it (headers within
+``[agent] header_timeout``, the body within ``read_timeout``, both totals). Each request, in
+this order (``webhooks`` decides each step):
 
-1. the hook's and the global rate limits (429, with ``Retry-After``), at most ``max_in_flight``
-   requests at once (503);
-2. ``Content-Length`` required (411) and at most ``max_body_bytes`` (413): checked before a byte of
-   the body is read, and the connection closed without reading it;
-3. the body read within ``read_timeout``, then verified (401) with the current or previous secret;
+1. before a byte of the body is read, from the request line and headers alone (``admit``):
+   a ``Host`` of ours (421); ``POST /hook/<name>`` of a known hook (404, 405); the global rate
+   limit (429, with ``Retry-After``) and at most ``max_in_flight`` requests at once (503);
+   ``Content-Length`` required (411) and at most ``max_body_bytes`` (413). Each of these answers
+   closes the connection;
+2. the body read, then verified (401) with the current or previous secret;
+3. only then the hook's own rate limit (429): unsigned requests never use up a hook's limit;
 4. the delivery id required (400) and never seen before (409);
 5. parsed; a ping answers 200, other events 200 ``ignored``; a push concerning no source (another
    repository, branch or tag) 200 ``ignored``; otherwise ``on_push(sources)`` and 202.
@@ -22,7 +26,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import structlog
@@ -32,11 +35,26 @@ from agent.config.types import Config, HookConfig, ReceiverSettings
 from agent.errors import ConfigError
 from agent.notify.secrets import Masker, Secret
 from agent.run import webhooks
+from agent.run.listener import (
+    Early,
+    Environ,
+    Limits,
+    Listener,
+    StartResponse,
+    allowed_hosts,
+    guard,
+    headers_of,
+    host_allowed,
+    status_line,
+)
 from agent.run.webhooks import EventKind, Rejection, Verdict
 
 log = structlog.get_logger("gitops_agent.receiver")
 
 PREFIX = "/hook/"
+
+#: (status code, JSON document, extra headers) of one answer.
+Answer = tuple[int, dict[str, Any], tuple[tuple[str, str], ...]]
 
 
 class ReceiverMetrics:
@@ -92,165 +110,140 @@ class Receiver:
         self.replays = webhooks.ReplayCache(self.settings.replay_window)
         self._slots = threading.BoundedSemaphore(self.settings.max_in_flight)
         self.counts: dict[str, dict[int, int]] = {n: {} for n in self.hooks}
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = self.settings.read_timeout  # a client that trickles its request is cut off
-
-            def do_POST(self) -> None:
-                outer.handle(self)
-
-            def do_GET(self) -> None:
-                outer.reply(self, "", 405 if self.path.startswith(PREFIX) else 404, {"error": "POST only"})
-
-            def log_message(self, *args: Any) -> None:  # each request is logged by handle()
-                pass
-
-        host, _, port = self.settings.listen.rpartition(":")
-        self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="receiver", daemon=True)
+        self._lock = threading.Lock()
+        a = config.agent
+        self.allowed = allowed_hosts(a.public_url, a.allowed_hosts)
+        limits = Limits(
+            header_timeout=a.header_timeout,
+            body_timeout=self.settings.read_timeout,
+            max_connections=a.max_connections,
+            threads=a.http_threads,
+            max_body_bytes=self.settings.max_body_bytes,
+        )
+        self.listener = Listener(
+            self.settings.listen, guard(self.app, self.allowed), limits, name="receiver", admit=self.admit
+        )
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.listener.port
 
     def start(self) -> None:
-        self._thread.start()
+        self.listener.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.listener.stop()
 
     # -- one request ------------------------------------------------------------------
 
-    def reply(
-        self,
-        h: BaseHTTPRequestHandler,
-        hook: str,
-        code: int,
-        doc: dict[str, Any],
-        *,
-        close: bool = False,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        body = (json.dumps(doc) + "\n").encode()
+    def _count(self, hook: str, code: int) -> None:
         if hook:
             self.metrics.requests.labels(hook, str(code)).inc()
-            counts = self.counts.setdefault(hook, {})
-            counts[code] = counts.get(code, 0) + 1
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        if close:
-            h.send_header("Connection", "close")
-            h.close_connection = True
-        h.end_headers()
-        h.wfile.write(body)
+            with self._lock:
+                counts = self.counts.setdefault(hook, {})
+                counts[code] = counts.get(code, 0) + 1
 
-    def _reject(self, h: BaseHTTPRequestHandler, hook: str, v: Verdict, **kw: Any) -> None:
+    def _refusal(self, hook: str, v: Verdict, headers: tuple[tuple[str, str], ...] = ()) -> Early:
         code = v.rejection.value if v.rejection else 400
-        log.info("webhook refused", receiver=hook or None, code=code, why=self.masker.scrub(v.why))
-        self.reply(h, hook, code, {"error": self.masker.scrub(v.why)}, **kw)
+        why = self.masker.scrub(v.why)
+        log.info("webhook refused", receiver=hook or None, code=code, why=why)
+        self._count(hook, code)
+        return Early(code, "application/json", (json.dumps({"error": why}) + "\n").encode(), headers)
 
-    def handle(self, h: BaseHTTPRequestHandler) -> None:
-        path = h.path.split("?", 1)[0]
+    def admit(
+        self, method: str, target: str, headers: Mapping[str, str], chunked: bool
+    ) -> Early | Callable[[], None]:
+        """Step 1 of the module docstring: refuse from the headers, or take an in-flight slot."""
+        host = headers.get("HOST", "")
+        if not host_allowed(host, self.allowed):
+            return Early(421, "text/plain; charset=utf-8", b"host not allowed ([agent] allowed_hosts)\n")
+        path = target.split("?", 1)[0]
         name = path[len(PREFIX) :] if path.startswith(PREFIX) else ""
-        hook = self.hooks.get(name)
-        if hook is None:
-            self._reject(h, "", Verdict(Rejection.NOT_FOUND, f"no receiver at {path[:100]!r}"), close=True)
-            return
-        if not self._slots.acquire(blocking=False):
-            busy = Verdict(Rejection.BUSY, "too many requests in flight")
-            self._reject(h, name, busy, close=True, headers={"Retry-After": "1"})
-            return
-        try:
-            self._handle(h, hook)
-        finally:
-            self._slots.release()
-
-    def _handle(self, h: BaseHTTPRequestHandler, hook: _Hook) -> None:
-        s, cfg = self.settings, hook.cfg
-        for bucket, scope in ((hook.bucket, f"receiver {cfg.name}"), (self.bucket, "all receivers")):
-            wait = bucket.take()
-            if wait is not None:
-                retry = str(max(1, round(wait)))
-                throttled = Verdict(Rejection.THROTTLED, f"rate limit of {scope}")
-                self._reject(h, cfg.name, throttled, close=True, headers={"Retry-After": retry})
-                return
-        raw_length = h.headers.get("Content-Length")
-        if raw_length is None:
-            self._reject(
-                h, cfg.name, Verdict(Rejection.LENGTH_REQUIRED, "Content-Length required"), close=True
-            )
-            return
+        if name not in self.hooks:
+            return self._refusal("", Verdict(Rejection.NOT_FOUND, f"no receiver at {path[:100]!r}"))
+        if method != "POST":
+            return Early(405, "application/json", b'{"error": "POST only"}\n', (("Allow", "POST"),))
+        wait = self.bucket.take()
+        if wait is not None:
+            retry = (("Retry-After", str(max(1, round(wait)))),)
+            return self._refusal(name, Verdict(Rejection.THROTTLED, "rate limit of all receivers"), retry)
+        raw_length = headers.get("CONTENT_LENGTH")
+        if raw_length is None or chunked:
+            return self._refusal(name, Verdict(Rejection.LENGTH_REQUIRED, "Content-Length required"))
         try:
             length = int(raw_length)
-            if length < 0:
-                raise ValueError
         except ValueError:
-            self._reject(h, cfg.name, Verdict(Rejection.BAD_REQUEST, "bad Content-Length"), close=True)
-            return
-        if length > s.max_body_bytes:
-            why = f"body of {length} bytes is over max_body_bytes ({s.max_body_bytes})"
-            self._reject(h, cfg.name, Verdict(Rejection.TOO_LARGE, why), close=True)
-            return
-        try:
-            body = h.rfile.read(length)
-        except OSError:  # timed out or cut off: nothing to answer
-            h.close_connection = True
-            return
-        if len(body) != length:
-            self._reject(
-                h, cfg.name, Verdict(Rejection.BAD_REQUEST, "body shorter than Content-Length"), close=True
-            )
-            return
-        headers = {k: v for k, v in h.headers.items()}
+            return self._refusal(name, Verdict(Rejection.BAD_REQUEST, "bad Content-Length"))
+        if length > self.settings.max_body_bytes:
+            why = f"body of {length} bytes is over max_body_bytes ({self.settings.max_body_bytes})"
+            return self._refusal(name, Verdict(Rejection.TOO_LARGE, why))
+        if not self._slots.acquire(blocking=False):
+            busy = Verdict(Rejection.BUSY, "too many requests in flight")
+            return self._refusal(name, busy, (("Retry-After", "1"),))
+        return self._slots.release
+
+    def app(self, environ: Environ, start_response: StartResponse) -> list[bytes]:
+        """Steps 2-5, on an admitted request whose body waitress has read in full."""
+        path = str(environ.get("REQUEST_URI") or "/").split("?", 1)[0]
+        hook = self.hooks[path[len(PREFIX) :]]
+        body = environ["wsgi.input"].read()
+        code, doc, extra = self._handle(hook, headers_of(environ), body)
+        self._count(hook.cfg.name, code)
+        raw = (json.dumps(doc) + "\n").encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(raw))), *extra]
+        start_response(status_line(code), headers)
+        return [raw]
+
+    def _reject(self, hook: str, v: Verdict, headers: tuple[tuple[str, str], ...] = ()) -> Answer:
+        code = v.rejection.value if v.rejection else 400
+        log.info("webhook refused", receiver=hook, code=code, why=self.masker.scrub(v.why))
+        return code, {"error": self.masker.scrub(v.why)}, headers
+
+    def _handle(self, hook: _Hook, headers: Mapping[str, str], body: bytes) -> Answer:
+        cfg = hook.cfg
         try:
             keys = hook.keys()
         except ConfigError as e:  # the secret's file went away: refuse, and say why in the log
             log.error("webhook secret unreadable", receiver=cfg.name, error=self.masker.scrub(str(e)))
-            self._reject(h, cfg.name, Verdict(Rejection.UNSIGNED, "receiver secret unavailable"))
-            return
+            return self._reject(cfg.name, Verdict(Rejection.UNSIGNED, "receiver secret unavailable"))
+        tolerance = self.settings.timestamp_tolerance
         verdict = webhooks.verify(
-            cfg.kind, headers, body, keys, allow_sha1=cfg.allow_sha1, tolerance=s.timestamp_tolerance
+            cfg.kind, headers, body, keys, allow_sha1=cfg.allow_sha1, tolerance=tolerance
         )
         if verdict.rejection is not None:
-            self._reject(h, cfg.name, verdict)
-            return
+            return self._reject(cfg.name, verdict)
+        wait = hook.bucket.take()  # charged only now: an unsigned request never uses it up
+        if wait is not None:
+            retry = (("Retry-After", str(max(1, round(wait)))),)
+            return self._reject(
+                cfg.name, Verdict(Rejection.THROTTLED, f"rate limit of receiver {cfg.name}"), retry
+            )
         delivery = webhooks.delivery_id(cfg.kind, headers)
         if not delivery:
-            self._reject(h, cfg.name, Verdict(Rejection.BAD_REQUEST, "no delivery id"))
-            return
+            return self._reject(cfg.name, Verdict(Rejection.BAD_REQUEST, "no delivery id"))
         if not self.replays.first(f"{cfg.name}/{delivery}"):
-            self._reject(h, cfg.name, Verdict(Rejection.REPLAY, f"delivery {delivery[:64]} already received"))
-            return
+            return self._reject(
+                cfg.name, Verdict(Rejection.REPLAY, f"delivery {delivery[:64]} already received")
+            )
         event = webhooks.event_kind(cfg.kind, headers)
         if event is EventKind.PING:
-            self.reply(h, cfg.name, 200, {"result": "pong"})
-            return
+            return 200, {"result": "pong"}, ()
         if event is EventKind.OTHER:
-            self.reply(h, cfg.name, 200, {"result": "ignored", "why": "not a push event"})
-            return
+            return 200, {"result": "ignored", "why": "not a push event"}, ()
         try:
             push = webhooks.parse(cfg.kind, body)
         except ValueError as e:
-            self._reject(h, cfg.name, Verdict(Rejection.BAD_REQUEST, str(e)))
-            return
+            return self._reject(cfg.name, Verdict(Rejection.BAD_REQUEST, str(e)))
         everything = dict(self.sources())
         candidates = {n: src for n, src in everything.items() if not cfg.sources or n in cfg.sources}
         names = webhooks.concerned(push, candidates)
         if not names:
             why = "the push concerns no source of this receiver (another repository, branch or tag)"
             log.info("webhook ignored", receiver=cfg.name, ref=push.ref[:200], delivery=delivery[:64])
-            self.reply(h, cfg.name, 200, {"result": "ignored", "why": why})
-            return
+            return 200, {"result": "ignored", "why": why}, ()
         log.info("webhook push", receiver=cfg.name, ref=push.ref[:200], sources=names, delivery=delivery[:64])
         self.on_push(names, f"push to {push.ref[:200]} ({cfg.name})")
-        self.reply(h, cfg.name, 202, {"result": "accepted", "sources": names})
+        return 202, {"result": "accepted", "sources": names}, ()
 
     def to_json(self) -> dict[str, Any]:
         """``/status``'s ``receiver``: each hook's answers by status code (no secrets)."""

@@ -19,6 +19,7 @@ more). Called by ``gitops-agent run`` (``cli``) and the tests.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -57,9 +58,11 @@ from agent.run.due import DueReason, Timing
 from agent.run.fleet import Fleet
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
+from agent.run.listener import allowed_hosts
 from agent.run.receiver import Receiver
-from agent.run.server import HealthServer
-from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage, token_from_file
+from agent.run.server import HealthServer, main_limits
+from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage, ui_token
+from agent.run.synclimit import ForcedSyncs
 from agent.source.sources import SourceSet
 from agent.ui.auth import access
 
@@ -141,6 +144,7 @@ class Daemon:
         self._woken: dict[str, set[str]] = {}
         #: Clusters whose next pass runs every app, not only the due ones (sync, reload, Lease).
         self._forced: set[str] = set()
+        self._syncs = ForcedSyncs()
         self._config_stamp = self._stamp()
         settings = self.opts.leases or lease_settings(config)
         self.leases: LeaseManager | None = None
@@ -187,7 +191,8 @@ class Daemon:
         self.health: HealthServer | None = None
         self.page: StatusPage | None = None
         if config.agent.listen:
-            self.page = self._status_page(config, settings)
+            token = ui_token(config.agent)
+            self.page = self._status_page(config, settings, token)
             self.health = HealthServer(
                 config.agent.listen,
                 metrics=self.metrics,
@@ -197,18 +202,15 @@ class Daemon:
                 sync=self.sync,
                 stuck_after=self.opts.stuck_after,
                 page=self.page,
+                token=token,
+                limits=main_limits(config.agent),
+                allowed=allowed_hosts(config.agent.public_url, config.agent.allowed_hosts),
             )
 
-    def _status_page(self, config: Config, settings: LeaseSettings) -> StatusPage:
+    def _status_page(self, config: Config, settings: LeaseSettings, token: str) -> StatusPage:
         """The status page and where its records live: the management cluster with Leases (every
         replica reads them), else ``<cache_dir>/status/`` (docs/status-page.md)."""
         a = config.agent
-        try:
-            token = token_from_file(a.ui_token_file)
-        except OSError as e:
-            raise ConfigError("agent.ui_token_file", f"cannot read {a.ui_token_file}: {e}") from e
-        if a.ui_token_file and not token:
-            raise ConfigError("agent.ui_token_file", f"{a.ui_token_file} is empty")
         store: record_store.RecordStore
         if settings.enabled:
             store = record_store.ConfigMapStore(
@@ -332,11 +334,20 @@ class Daemon:
         if self.leases and not self.leases.holds(name):
             holder = self.leases.holder(name) or "none"
             return 409, {"error": f"this replica does not hold {name!r}; holder: {holder}", "holder": holder}
-        with self._lock:
-            self._forced.add(name)
-        when = self._schedule(name, datetime.now(UTC), "sync requested")
+        with self._lock:  # one pending forced pass per cluster; at most one per app per interval
+            pending = name in self._forced
+            wait = None if pending else self._syncs.take(name, app or "", self.config.agent.sync_interval)
+            if not pending and wait is None:
+                self._forced.add(name)
+        if wait is not None:
+            why = f"a pass of {name} was forced less than [agent] sync_interval ago"
+            return 429, {"error": why, "retry_after": math.ceil(wait)}
+        st = self.fleet.status[name]
+        now = datetime.now(UTC)
+        when = (st.next_run or now) if pending else self._schedule(name, now, "sync requested")
         return 202, {
             "cluster": name,
+            "coalesced": pending,
             "next_run": _iso(when),
             "revision": self._shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
             "revisions": self._shas(sorted(set(self._sources_of(name).values()))),

@@ -7,8 +7,8 @@ metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
 the config is loaded and every source was polled once, and not while
 shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what
 ``gitops-agent status`` prints); ``POST /sync?cluster=NAME[&app=APP]`` asks for a pass
-now (``gitops-agent sync``); ``/`` and ``/ui/...`` are the read-only status page
-(``statuspage.StatusPage``). Started by ``scheduler.Daemon``; the recording
+now (``gitops-agent sync``; it needs the token, ``HealthServer``); ``/`` and ``/ui/...`` are the
+read-only status page (``statuspage.StatusPage``). Started by ``scheduler.Daemon``; the recording
 helpers are called by ``scheduler.Fleet``.
 """
 
@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,9 +30,11 @@ from prometheus_client import (
     generate_latest,
 )
 
-from agent.config.types import AGENT_DEFAULTS
+from agent.config.types import AGENT_DEFAULTS, AgentSettings
 from agent.model import ClusterResult, HealthState, Note, Outcome, PassState
+from agent.run.listener import Environ, Limits, Listener, StartResponse, guard, headers_of, status_line
 from agent.run.statuspage import Response, StatusPage, with_security_headers
+from agent.ui import auth
 
 STUCK_AFTER = AGENT_DEFAULTS.stuck_after  # seconds without a scheduler tick before /healthz fails
 
@@ -263,7 +264,13 @@ class Metrics:
 
 
 class HealthServer:
-    """Serves the endpoints on a thread; ``state`` callbacks come from the daemon."""
+    """Serves the endpoints (``listener.Listener``); ``state`` callbacks come from the daemon.
+
+    ``token`` (``[agent] ui_token_file``) guards what acts or tells: ``POST /sync`` needs it as
+    ``Authorization: Bearer`` (401 without it) and is refused (403) on every address when none is
+    configured, loopback included: a pass per request, past the backoff, is not for whoever can
+    reach the port. ``/status`` needs it (bearer or the page's cookie) when one is configured.
+    The probes and ``/metrics`` stay open for the kubelet and Prometheus."""
 
     def __init__(
         self,
@@ -276,51 +283,10 @@ class HealthServer:
         sync: Callable[..., tuple[int, dict[str, Any]]] | None = None,
         stuck_after: float = STUCK_AFTER,
         page: StatusPage | None = None,
+        token: str = "",
+        limits: Limits | None = None,
+        allowed: frozenset[str] = frozenset({"localhost"}),
     ) -> None:
-        host, _, port = listen.rpartition(":")
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code: int, ctype: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _page(self, method: str) -> bool:
-                """Answer a status page request (``/``, ``/ui...``); False for the other endpoints."""
-                path = self.path.split("?")[0]
-                if outer.page is None or not (path == "/" or path == "/ui" or path.startswith("/ui/")):
-                    return False
-                try:
-                    length = min(int(self.headers.get("Content-Length") or 0), 64 * 1024)
-                except ValueError:  # "abc", "5, 5": answered, not a traceback and a dropped connection
-                    self._send(400, "text/plain", b"bad Content-Length\n")
-                    return True
-                body = self.rfile.read(length) if method == "POST" and length > 0 else b""
-                headers = {k: v for k, v in self.headers.items()}
-                answer: Response = outer.page.handle(method, self.path, headers, body)
-                self.send_response(answer.code)
-                self.send_header("Content-Type", answer.content_type)
-                self.send_header("Content-Length", str(len(answer.body)))
-                for key, value in with_security_headers(answer):
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(answer.body)
-                return True
-
-            def do_GET(self) -> None:
-                if not self._page("GET"):
-                    self._send(*outer.respond(self.path.split("?")[0]))
-
-            def do_POST(self) -> None:
-                if not self._page("POST"):
-                    self._send(*outer.post(self.path))
-
-            def log_message(self, *args: Any) -> None:  # probes every few seconds: not worth a log line
-                pass
-
         self.metrics = metrics
         self._last_tick = last_tick
         self._ready = ready
@@ -328,47 +294,106 @@ class HealthServer:
         self._sync = sync
         self.page = page
         self.stuck_after = stuck_after
-        self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="health", daemon=True)
+        self._token = token
+        self.listener = Listener(
+            listen, guard(self.app, allowed), limits or main_limits(AGENT_DEFAULTS), name="health"
+        )
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.listener.port
 
-    def respond(self, path: str) -> tuple[int, str, bytes]:
+    def app(self, environ: Environ, start_response: StartResponse) -> list[bytes]:
+        """The WSGI application: one answer per request."""
+        answer = self.answer(environ)
+        headers = [("Content-Type", answer.content_type), ("Content-Length", str(len(answer.body)))]
+        start_response(status_line(answer.code), headers + list(answer.headers))
+        return [answer.body]
+
+    def answer(self, environ: Environ) -> Response:
+        method = str(environ.get("REQUEST_METHOD", ""))
+        target = str(environ.get("REQUEST_URI") or "/")
+        headers = headers_of(environ)
+        path = urlsplit(target).path
+        if method not in ("GET", "POST"):
+            return Response(501, TEXT, b"not implemented\n")
+        if self.page is not None and (path in ("/", "/ui") or path.startswith("/ui/")):
+            body = environ["wsgi.input"].read() if method == "POST" else b""
+            page = self.page.handle(method, target, headers, body)
+            return Response(page.code, page.content_type, page.body, with_security_headers(page))
+        if method == "GET":
+            return self.respond(path, headers)
+        return self.post(target, headers)
+
+    def _authorized(self, headers: Mapping[str, str], *, cookie: bool) -> bool:
+        return auth.authorized(
+            self._token,
+            cookie=headers.get("Cookie") if cookie else None,
+            authorization=headers.get("Authorization"),
+        )
+
+    def respond(self, path: str, headers: Mapping[str, str] | None = None) -> Response:
         if path == "/healthz":
             age = time.monotonic() - self._last_tick()
             if age > self.stuck_after:
-                return 503, "text/plain", f"agent loop stuck: no tick for {age:.0f}s\n".encode()
-            return 200, "text/plain", b"ok\n"
+                return Response(503, TEXT, f"agent loop stuck: no tick for {age:.0f}s\n".encode())
+            return Response(200, TEXT, b"ok\n")
         if path == "/readyz":
             why = self._ready()
             if why is None:
-                return 200, "text/plain", b"ok\n"
-            return 503, "text/plain", f"not ready: {why}\n".encode()
+                return Response(200, TEXT, b"ok\n")
+            return Response(503, TEXT, f"not ready: {why}\n".encode())
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, self.metrics.render()
+            return Response(200, CONTENT_TYPE_LATEST, self.metrics.render())
         if path == "/status":
-            return 200, "application/json", json.dumps(self._status(), indent=2).encode()
-        return 404, "text/plain", b"not found\n"
+            if self._token and not self._authorized(headers or {}, cookie=True):
+                return _json(401, {"error": "/status needs the token of [agent] ui_token_file"}, BEARER)
+            return Response(200, JSON, json.dumps(self._status(), indent=2).encode())
+        return Response(404, TEXT, b"not found\n")
 
-    def post(self, target: str) -> tuple[int, str, bytes]:
+    def post(self, target: str, headers: Mapping[str, str] | None = None) -> Response:
         url = urlsplit(target)
         if url.path != "/sync" or self._sync is None:
-            return 404, "text/plain", b"not found\n"
+            return Response(404, TEXT, b"not found\n")
+        if not self._token:
+            why = "POST /sync needs [agent] ui_token_file (a token); or run `gitops-agent sync --local`"
+            return _json(403, {"error": why})
+        if not self._authorized(headers or {}, cookie=False):
+            return _json(
+                401, {"error": "POST /sync needs Authorization: Bearer <[agent] ui_token_file>"}, BEARER
+            )
         query = parse_qs(url.query)
         cluster = (query.get("cluster") or [""])[0]
         if not cluster:
-            return 400, "application/json", b'{"error": "cluster=NAME is required"}\n'
+            return _json(400, {"error": "cluster=NAME is required"})
         apps = query.get("app")
         # ``app`` only when asked: a handler of clusters alone keeps working.
         code, body = self._sync(cluster, apps[0]) if apps else self._sync(cluster)
-        return code, "application/json", json.dumps(body).encode()
+        retry = body.get("retry_after") if code == 429 else None
+        return _json(code, body, (("Retry-After", str(retry)),) if retry else ())
 
     def start(self) -> None:
-        self._thread.start()
+        self.listener.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.listener.stop()
+
+
+TEXT = "text/plain; charset=utf-8"
+JSON = "application/json"
+BEARER = (("WWW-Authenticate", 'Bearer realm="gitops-agent"'),)
+
+
+def _json(code: int, doc: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return Response(code, JSON, (json.dumps(doc) + "\n").encode(), headers)
+
+
+def main_limits(a: AgentSettings) -> Limits:
+    """The main listener's limits from ``[agent]`` (its bodies are the page's small forms)."""
+    return Limits(
+        header_timeout=a.header_timeout,
+        body_timeout=a.body_timeout,
+        max_connections=a.max_connections,
+        threads=a.http_threads,
+        max_body_bytes=64 * 1024,
+    )

@@ -26,8 +26,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import structlog
 
-from agent.config.types import SHARED_RECORDS_TTL
-from agent.errors import AgentError
+from agent.config.types import SHARED_RECORDS_TTL, AgentSettings
+from agent.errors import AgentError, ConfigError
 from agent.model import AppHealth, ClusterResult, PassState
 from agent.run.record_store import RecordStore, save_quietly
 from agent.run.status import ClusterStatus, worst_state
@@ -372,3 +372,15 @@ def _state(text: str) -> PassState:
 def token_from_file(path: str) -> str:
     """The token ``[agent] ui_token_file`` names; raises ``OSError`` when it cannot be read."""
     return Path(path).read_text().strip() if path else ""
+
+
+def ui_token(a: AgentSettings) -> str:
+    """``[agent] ui_token_file``'s token ("" without one); ``ConfigError`` when it is unreadable or
+    empty. The page, ``/status``, ``/sync`` and the CLI that calls them all read it here."""
+    try:
+        token = token_from_file(a.ui_token_file)
+    except OSError as e:
+        raise ConfigError("agent.ui_token_file", f"cannot read {a.ui_token_file}: {e}") from e
+    if a.ui_token_file and not token:
+        raise ConfigError("agent.ui_token_file", f"{a.ui_token_file} is empty")
+    return token

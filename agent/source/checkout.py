@@ -1,8 +1,9 @@
 """Atomic per-commit checkouts and their garbage collection.
 
 Called by ``agent.source`` after a commit was fetched (and verified). A commit
-is written to ``checkouts/.tmp-<sha>-<random>/``, checked for symlinks that
-leave the tree, made durable, and only then renamed to ``checkouts/<sha>``.
+is written to ``checkouts/.tmp-<sha>-<random>/``, its symlinks that leave the tree
+replaced by dangling ones (``check_symlinks``), made durable, and only then renamed to
+``checkouts/<sha>``.
 So ``checkouts/<sha>`` existing means the tree is complete: a crash part-way
 leaves only a ``.tmp-*`` directory, which no reader ever looks at and the
 next collection removes. Removal is the same in reverse (rename to
@@ -87,9 +88,10 @@ def materialize(
     """Return ``checkouts/<sha>``, writing it atomically if it does not exist yet.
 
     ``spare``, a complete checkout collection would remove (``surplus``), is recycled into the
-    new tree when it can be; otherwise it is left for collection. Raises ``SourceError`` for a
-    symlink leaving the tree or an unsafe entry name, and ``ObjectUnreadable`` when the cache
-    cannot produce the commit's objects. Call under ``checkout_lock``.
+    new tree when it can be; otherwise it is left for collection. Raises ``SourceError`` for an
+    unsafe entry name (a symlink leaving the tree is made dangling instead: ``check_symlinks``),
+    and ``ObjectUnreadable`` when the cache cannot produce the commit's objects. Call under
+    ``checkout_lock``.
     """
     sha = str(commit.id)
     final = checkouts / sha
@@ -282,13 +284,22 @@ def _check_name(name: str, directory: Path) -> None:
         raise SourceError(f"refusing unsafe entry name {name!r} in the commit's tree", retryable=False)
 
 
-def check_symlinks(root: Path, *, links: list[Path] | None = None) -> None:
-    """Raise ``SourceError`` if any symlink under ``root`` resolves outside it.
+#: What a symlink leaving the checkout is replaced with: a target that does not exist, in the
+#: link's own directory, so whatever reads through the link finds nothing (never a file outside)
+#: and the renderer names the link ("dangling symlink") for the apps that contain or reach it.
+REFUSED_LINK = ".gitops-agent-refused-symlink-pointing-outside-the-repository"
+
+
+def check_symlinks(root: Path, *, links: list[Path] | None = None) -> list[str]:
+    """Replace every symlink under ``root`` that resolves outside it by one to ``REFUSED_LINK``;
+    return their relative paths.
 
     Resolved on the real filesystem (``realpath``), not lexically: ``a -> ..`` inside
     ``d/`` is harmless, but ``d/b -> a/..`` then leaves the tree, which only a real
     resolution sees. ``links`` (relative paths), when given, are all the symlinks there are:
     the tree's shape was checked against its commit, so no walk is needed to find them.
+    Not an error: one such link fails only the apps whose paths contain or reach it (the
+    renderer refuses a dangling link there), not every app of the repository.
     """
     base = os.path.realpath(root)
     if links is None:
@@ -300,14 +311,20 @@ def check_symlinks(root: Path, *, links: list[Path] | None = None) -> None:
         ]
     else:
         found = [os.path.join(root, link) for link in links]
-    for path in found:
-        resolved = os.path.realpath(path)
-        if resolved != base and not resolved.startswith(base + os.sep):
-            rel = os.path.relpath(path, root)
-            raise SourceError(
-                f"symlink {rel} -> {os.readlink(path)} points outside the repository checkout",
-                retryable=False,
-            )
+    refused: list[str] = []
+    while True:  # a replaced link can change where another resolves: again until none leaves
+        leaving = [p for p in found if _leaves(p, base) and os.readlink(p) != REFUSED_LINK]
+        if not leaving:
+            return refused
+        for path in leaving:
+            os.unlink(path)
+            os.symlink(REFUSED_LINK, path)
+            refused.append(os.path.relpath(path, root))
+
+
+def _leaves(path: str, base: str) -> bool:
+    resolved = os.path.realpath(path)
+    return resolved != base and not resolved.startswith(base + os.sep)
 
 
 def _fsync_tree(root: Path) -> None:

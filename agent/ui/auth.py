@@ -86,7 +86,11 @@ def authorized(token: str, *, cookie: str | None, authorization: str | None) -> 
 
 
 def safe_next(target: str) -> str:
-    """Where to go after signing in: a page of ours, never another site (``//evil``, ``https://``)."""
+    """Where to go after signing in: a page of ours, never another site (``//evil``, ``https://``),
+    and never a control character: ``next`` ends up in the ``Location`` header, where a CR/LF would
+    start a header of the sender's choosing (or a backslash a path some browsers read as ``//``)."""
+    if any(c < " " or c in "\x7f\\" for c in target):
+        return "/ui/"
     url = urlsplit(target)
     if url.scheme or url.netloc or not url.path.startswith("/ui") or target.startswith("//"):
         return "/ui/"

@@ -21,7 +21,7 @@ def require_browser() -> None:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
     if missing:
         pytest.fail(
-            f"headless Chromium unavailable: {', '.join(missing)} missing; run scripts/bootstrap "
+            f"headless Chromium unavailable: {', '.join(missing)} missing; run scripts/bootstrap --test "
             "(it installs the Debian packages chromium and chromium-driver)",
             pytrace=False,
         )

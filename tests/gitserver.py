@@ -383,7 +383,7 @@ def hanging_server_fixture() -> Iterator[HangingServer]:
 @pytest.fixture(name="ssh_server")
 def ssh_server_fixture(tmp_path: Path) -> Iterator[SshServer]:
     if not Path("/usr/sbin/sshd").exists():
-        pytest.fail("sshd is not installed (scripts/bootstrap installs openssh-server)")
+        pytest.fail("sshd is not installed (scripts/bootstrap --test installs openssh-server)")
     server = SshServer(tmp_path / "sshd")
     try:
         yield server

@@ -180,8 +180,9 @@ def _daemon_commands(tmp_path: Path, config_file: str, status_url: str) -> None:
         assert out.returncode == 0, out.stderr
         first, header = out.stdout.splitlines()[:2]
         assert first.startswith("agent ") and header.split()[:2] == ["CLUSTER", "STATE"]
-        out = cli("status", "--config", config_file, "--json")
-        assert out.returncode == 0 and json.loads(out.stdout)["clusters"][0]["cluster"] == "app"
+        for as_json in (("--json",), ("-o", "json")):
+            out = cli("status", "--config", config_file, *as_json)
+            assert out.returncode == 0 and json.loads(out.stdout)["clusters"][0]["cluster"] == "app"
         out = cli("sync", "--config", config_file, "--cluster", "app")
         assert out.returncode == 0 and out.stdout.startswith("app: pass requested from the running agent")
     finally:

@@ -2,7 +2,7 @@
 
 The oracle is sigs.k8s.io/cli-utils v0.37.2's ``status.Compute`` in a small Go program
 (tools/go/kstatus/, built into the cache by ``scripts/install-go-tools``, which
-``scripts/bootstrap`` runs). Each gap is listed here with why, and in docs/health.md; a gap
+``scripts/bootstrap --test`` runs). Each gap is listed here with why, and in docs/health.md; a gap
 that no longer differs, or a difference that is not listed, fails the test.
 """
 
@@ -52,7 +52,10 @@ GAPS: dict[str, tuple[str, str, str]] = {
 def oracle() -> Path:
     found = go_tool("kstatus")
     if found is None:
-        pytest.fail("the kstatus oracle is not built: run scripts/bootstrap (or scripts/install-go-tools)")
+        pytest.fail(
+            "the kstatus oracle is not built: run scripts/bootstrap --test"
+            " (or scripts/install-go-tools kstatus)"
+        )
     return found
 
 

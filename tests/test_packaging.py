@@ -245,6 +245,48 @@ def test_install_go_tools_builds_a_benchmark_program_only_when_asked_so_the_imag
     assert run("peer") == [built]  # by name, from the cache
 
 
+def _bootstrap_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """scripts/bootstrap in a scratch tree whose install scripts only record their calls, with a
+    virtualenv already in place (this interpreter): what each form of the command builds."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(ROOT / "scripts" / "bootstrap", tmp_path / "scripts" / "bootstrap")
+    calls = tmp_path / "calls"
+    for name in ("install-control-plane", "install-go-tools"):
+        stub = tmp_path / "scripts" / name
+        stub.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >> "{calls}"\necho /cache/{name}\n')
+        stub.chmod(0o755)
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    digest = subprocess.run(
+        ["sha256sum", str(tmp_path / "pyproject.toml")], capture_output=True, text=True, check=True
+    ).stdout[:16]
+    (tmp_path / ".venv" / f".installed-{digest}").touch()
+    return tmp_path / "scripts" / "bootstrap", calls
+
+
+def test_bootstrap_builds_only_what_the_demo_needs_and_the_test_form_builds_the_rest(tmp_path: Path) -> None:
+    """The README's first command waits for the control plane alone; sops, the oracles and the
+    benchmarks' peers are built by `scripts/bootstrap --test` (scripts/test, CI) on first use."""
+    bootstrap, calls = _bootstrap_copy(tmp_path)
+    out = subprocess.run([str(bootstrap)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert calls.read_text().splitlines() == ["install-control-plane ", "install-go-tools krender"]
+    assert "bootstrap: ready in" in out.stderr
+    calls.unlink()
+    out = subprocess.run([str(bootstrap), "--test"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert calls.read_text().splitlines() == ["install-control-plane ", "install-go-tools --benchmarks"]
+    bad = subprocess.run([str(bootstrap), "--tests"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "usage: scripts/bootstrap [--test]" in bad.stderr
+
+
+def test_the_test_command_and_ci_build_the_test_tools_themselves() -> None:
+    """A fresh machine's `scripts/test` (and CI) needs no manual step: both ask for --test."""
+    assert "scripts/bootstrap --test\n" in (ROOT / "scripts" / "test").read_text()
+    assert "scripts/bootstrap --test\n" in (ROOT / ".ci" / "run").read_text()
+
+
 def test_sops_is_pinned_as_a_go_tool_so_both_images_build_it() -> None:
     """sops decrypts manifests in the image: a GO_TOOL_ pin, which both recipes build (above)."""
     assert versions()["GO_TOOL_sops"].startswith("github.com/getsops/sops/v3/cmd/sops@v")

@@ -344,11 +344,12 @@ def demo(state_dir: str, keep: bool) -> None:
 
 # -- commands defined next to the stage they drive --------------------------------
 
-from agent.cli.diff import diff  # noqa: E402 (registered after `main` exists)
+from agent.cli.completion import completion  # noqa: E402 (registered after `main` exists)
+from agent.cli.diff import diff  # noqa: E402
 from agent.cli.ops import resume, status, suspend, sync  # noqa: E402
 from agent.cli.takeover import takeover  # noqa: E402
 
-for _command in (diff, takeover, suspend, resume, sync, status):
+for _command in (diff, takeover, suspend, resume, sync, status, completion):
     main.add_command(_command)
 
 

@@ -303,8 +303,16 @@ def format_status(doc: dict[str, Any]) -> str:
 
 @click.command("status")
 @_config
-@click.option("--json", "as_json", is_flag=True, help="Print the raw /status document.")
-def status(config_file: str, as_json: bool) -> None:
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(("table", "json")),
+    default="table",
+    show_default=True,
+    help="json: the raw /status document.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as -o json (kept for scripts).")
+def status(config_file: str, output: str, as_json: bool) -> None:
     """Per-cluster state of the running agent (its /status endpoint)."""
     cfg = load(config_file)  # only asks the running agent: no cluster access needed
     configure_logging(cfg)
@@ -320,4 +328,4 @@ def status(config_file: str, as_json: bool) -> None:
     if code != 200:
         click.echo(f"agent at {url} answered HTTP {code}", err=True)
         sys.exit(EXIT_FAILED)
-    click.echo(json.dumps(doc, indent=2) if as_json else format_status(doc))
+    click.echo(json.dumps(doc, indent=2) if as_json or output == "json" else format_status(doc))

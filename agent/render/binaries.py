@@ -22,14 +22,16 @@ PATH_FALLBACK = ("kustomize", "krender", "helm", "sops")
 
 
 def go_tool_names(root: Path = REPO_ROOT) -> set[str]:
-    """What ``scripts/install-go-tools`` builds, read where it reads it (``GO_TOOL_<name>`` pins in
-    tools/versions.env, programs under tools/go/ and benchmarks/), for the hint of a missing one."""
+    """What ``scripts/install-go-tools`` builds, read where it reads it (``GO_TOOL_<name>`` and
+    ``TEST_TOOL_<name>`` pins in tools/versions.env, programs under tools/go/ and benchmarks/), for
+    the hint of a missing one."""
     names = {p.parent.name for p in (*root.glob("tools/go/*/go.mod"), *root.glob("benchmarks/*/go.mod"))}
     pins = root / "tools" / "versions.env"
     if pins.is_file():
         for line in pins.read_text().splitlines():
-            if line.startswith("GO_TOOL_") and "=" in line:
-                names.add(line.split("=", 1)[0].removeprefix("GO_TOOL_"))
+            for prefix in ("GO_TOOL_", "TEST_TOOL_"):
+                if line.startswith(prefix) and "=" in line:
+                    names.add(line.split("=", 1)[0].removeprefix(prefix))
     return names
 
 

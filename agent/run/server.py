@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from agent.config.types import AGENT_DEFAULTS, AgentSettings
-from agent.model import ClusterResult, HealthState, Note, Outcome, PassState
+from agent.model import ClusterResult, HealthState, Note, Outcome, PassState, PruneReason
 from agent.run.listener import Environ, Limits, Listener, StartResponse, guard, headers_of, status_line
 from agent.run.statuspage import Response, StatusPage, with_security_headers
 from agent.ui import auth
@@ -121,6 +121,12 @@ class Metrics:
         self.suspended = Gauge(
             "gitops_agent_cluster_suspended", "1 while the app is suspended.", c, registry=r
         )
+        self.prune_held = Gauge(
+            "gitops_agent_prune_held",
+            "1 while the mass-deletion brake holds the app's prune set, waiting for its approval.",
+            c,
+            registry=r,
+        )
         self.lease_held = Gauge(
             "gitops_agent_lease_held",
             "1 while this replica holds the cluster's Lease (writes).",
@@ -182,6 +188,9 @@ class Metrics:
             self.objects.labels(*c, outcome).set(n)
             if n:
                 self.objects_total.labels(*c, outcome).inc(n)
+        if result.failure is None:  # a pass that failed earlier never reached its prune: unknown
+            held = result.prune_refusal is not None and result.prune_refusal.reason is PruneReason.BRAKE
+            self.prune_held.labels(*c).set(1 if held else 0)
         if result.state is PassState.OK:
             self.last_success.labels(*c).set(time.time())
             with self._lock:  # one revision series per app: drop this app's previous one
@@ -245,6 +254,7 @@ class Metrics:
             self.health_reads,
             self.next_run,
             self.suspended,
+            self.prune_held,
             self.lease_held,
             self.cluster_health,
         ):

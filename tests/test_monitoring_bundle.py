@@ -237,7 +237,12 @@ def test_each_alert_fires_on_series_from_the_real_scrape_and_only_then(
     stopped = {
         "GitopsAgentSourceStale": [_alert("GitopsAgentSourceStale", {"source": "default"}, group)],
         "GitopsAgentSchedulerStalled": [_alert("GitopsAgentSchedulerStalled", {}, group)],
-        "GitopsAgentLeaseLost": [_alert("GitopsAgentLeaseLost", {"cluster": "pool-b"}, group)],
+        "GitopsAgentLeaseLost": [
+            _alert("GitopsAgentLeaseLost", {"cluster": c}, group)
+            for c in sorted(
+                labels["cluster"] for _, n, labels, _ in _samples(scrape) if n == "gitops_agent_lease_held"
+            )
+        ],
     }
     after_stop = [{"eval_time": "30m", "alertname": n, "exp_alerts": stopped[n]} for n in sorted(stopped)]
     tests = {

@@ -607,7 +607,8 @@ class ClusterReconciler(ClusterStages):
         held = decision.digest if decision.refusal and decision.refusal.reason is PruneReason.BRAKE else ""
         if not dry_run and inventory.exists and held != inventory.held_digest:
             store.set_annotation(PRUNE_HELD, held or None)  # written when it changes, never each pass
-        result.results.extend(prune_stage.execute(client, decision, prune_options))
+        pruned = prune_stage.execute(client, decision, prune_options)
+        result.results.extend(masking.scrub_result(r, values, sensitive=False) for r in pruned)
         if not dry_run:
             members = narrowed(run.members, mine, live, result.results, decision.gone)
             if members != run.members:

@@ -121,7 +121,7 @@ def _settings(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterS
     values["health_debounce"] = r.duration("health_debounce", s.health_debounce, minimum=0.0)
     if (wait := wait_setting(r)) is not None:
         values["wait"] = wait
-    for name in ("prune", "allow_empty"):
+    for name in ("prune", "allow_empty", "create_namespace"):
         if (v := r.get(name, bool)) is not None:
             values[name] = v
     frac = r.get("max_prune_fraction", (float, int))

@@ -131,7 +131,7 @@ def test_a_namespace_outside_allowed_namespaces_is_not_created_and_the_app_fails
     )
     assert not result.results, "nothing applied or pruned"
     assert namespace_of(a, outside) is None
-    assert kubectl(a.kubeconfig, "get", "configmap", "-n", team, "-o", "name").strip() == ""
+    assert kubectl(a.kubeconfig, "get", "configmap", "c", "-n", team, "--ignore-not-found").strip() == ""
 
 
 def test_a_namespace_the_render_declares_is_an_ordinary_member_and_not_labelled_as_created(

@@ -216,7 +216,7 @@ def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[
 def immutable_fields_text(error: ApiError) -> str:
     """``spec.selector (field is immutable)``, per field the server refused to change: its causes,
     not its message, which quotes the whole rejected value (kilobytes of Go struct per pass)."""
-    return ", ".join(f"{c.field} ({c.detail})" for c in error.causes if c.immutable)
+    return ", ".join(f"{c.field or 'the object'} ({c.detail})" for c in error.causes if c.immutable)
 
 
 def immutable_message(error: ApiError) -> str:

@@ -458,7 +458,7 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
 
     Raises ``RenderError`` with all problems found; never returns a partial set. Charts are told
     the cluster's capabilities from the first try (a ``kubeVersion`` constraint fails against
-    Helm's default): a cluster that cannot answer fails the render, nothing applied or pruned.
+    Helm's default): a cluster that cannot answer raises, so nothing is applied or pruned there.
     """
     job = _job(tree, spec, runner or run_subprocess)
     ds = DesiredSet(

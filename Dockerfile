@@ -9,7 +9,8 @@
 #
 # One place for versions: tools/versions.env. The base images below are ARG defaults because
 # FROM cannot read a file; tests/test_packaging.py checks they equal versions.env. The tools
-# stage builds kustomize and helm exactly as scripts/install-control-plane does, and every other
+# stage builds kustomize and helm exactly as scripts/install-control-plane does (helm with the
+# Kubernetes version tools/helm-k8s-ldflags derives from its client-go), and every other
 # tool exactly as scripts/install-go-tools does (each GO_TOOL_<name> line, each tools/go/<name>).
 # The final stage holds Debian's python3, the agent in a virtualenv, the tools, ssh-keygen and
 # gpg (commit signature checks); no compilers, no Go, no pip cache. It runs as uid 65532 with a
@@ -28,7 +29,8 @@ ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath" GOBIN=/out
 # hadolint ignore=DL3062
 RUN set -eu; . ./tools/versions.env; \
     go install -ldflags "-s -w" "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"; \
-    go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
+    helm_k8s="$(./tools/helm-k8s-ldflags "${HELM_VERSION}")"; \
+    go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} ${helm_k8s}" \
       "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"; \
     grep -E '^GO_TOOL_[A-Za-z0-9_-]+=' tools/versions.env | while IFS='=' read -r key pin; do \
       GOBIN=/tmp/tool go install -ldflags "-s -w" "${pin}"; mv /tmp/tool/* "/out/${key#GO_TOOL_}"; \

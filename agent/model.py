@@ -97,15 +97,15 @@ class ObjectKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
-    """Where a desired object came from: repository-relative file, document index, line."""
+    """Where a desired object came from: repository-relative file, document index (from 0), line."""
 
     file: str
     document: int = 0
     line: int | None = None
 
     def __str__(self) -> str:
-        where = f"{self.file}#{self.document}"
-        return f"{where}:{self.line}" if self.line is not None else where
+        where = f":{self.line}" if self.line is not None else f" (document {self.document + 1})"
+        return self.file + where  # never file#N: users read a line number in it
 
 
 @dataclass(frozen=True, eq=False)

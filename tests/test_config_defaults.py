@@ -50,8 +50,11 @@ NOT_SETTINGS = {
     "PlanOptions.detail",  # the report's mode; the pass turns it off
     "PlanOptions.handover_from",  # None: no other app's set; the pass knows its apps
     "PlanOptions.protected",  # likewise
+    "PlanOptions.set_owners",  # None: no app of this agent known by its set (refusals name the label)
     "PruneOptions.app",  # None: the cluster entry's own app
     "PruneOptions.scope",  # None: unrestricted (the pass gives each app its own)
+    "PruneOptions.config_file",  # None: not known here (the brake's command says <file>)
+    "PruneOptions.cluster",  # None: likewise (<name>)
     "LeaseSettings.enabled",  # decided by ``lease_settings`` from ``leases`` and where the agent runs
     "LeaseSettings.in_cluster",  # likewise
     "DaemonOptions.leases",  # None: decided from the config

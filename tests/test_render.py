@@ -50,13 +50,13 @@ def by_key(ds: DesiredSet) -> dict[str, Any]:
 def test_plain_manifests_are_read_recursively_in_a_stable_order_with_lists_json_and_multi_documents() -> None:
     ds = render(FIXTURES, RenderSpec("prod", ("plain",), PLAIN_VARS), revision="r1")
     assert [(str(o.key), str(o.provenance)) for o in ds.objects] == [
-        ("ConfigMap/shop/db-config", "plain/apps/db/list.yml#0:4"),
-        ("Secret/shop/db-password", "plain/apps/db/list.yml#0:11"),
-        ("StatefulSet.apps/shop/db", "plain/apps/db/statefulset.json#0:1"),
-        ("Deployment.apps/shop/web", "plain/apps/web/deployment.yaml#0:2"),
-        ("Service/shop/web", "plain/apps/web/deployment.yaml#2:26"),
-        ("PriorityClass.scheduling.k8s.io/high", "plain/infra/priority.yaml#0:1"),
-        ("Namespace/shop", "plain/namespace.yaml#0:2"),
+        ("ConfigMap/shop/db-config", "plain/apps/db/list.yml:4"),
+        ("Secret/shop/db-password", "plain/apps/db/list.yml:11"),
+        ("StatefulSet.apps/shop/db", "plain/apps/db/statefulset.json:1"),
+        ("Deployment.apps/shop/web", "plain/apps/web/deployment.yaml:2"),
+        ("Service/shop/web", "plain/apps/web/deployment.yaml:26"),
+        ("PriorityClass.scheduling.k8s.io/high", "plain/infra/priority.yaml:1"),
+        ("Namespace/shop", "plain/namespace.yaml:2"),
     ]
     assert ds.revision == "r1" and ds.cluster == "prod" and not ds.empty
 
@@ -275,6 +275,6 @@ def test_the_same_tree_renders_to_identical_bytes_twice_and_from_a_shuffled_copy
 def test_dump_stream_sorts_keys_and_names_each_source() -> None:
     ds = render(FIXTURES, RenderSpec("c", ("plain/infra/priority.yaml",), {}))
     assert dump_stream(ds) == (
-        "---\n# Source: plain/infra/priority.yaml#0:1\n"
+        "---\n# Source: plain/infra/priority.yaml:1\n"
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: high\nvalue: 1000\n"
     )

@@ -94,7 +94,7 @@ def test_an_encrypted_secret_in_a_plain_directory_renders_decrypted_and_marked(
         EncryptedSource("app/config.yaml", (key.recipient,)),
         EncryptedSource("app/secret.yaml", (key.recipient,)),
     }
-    assert [str(o.provenance) for o in ds.objects] == ["app/config.yaml#0:1", "app/secret.yaml#0:1"]
+    assert [str(o.provenance) for o in ds.objects] == ["app/config.yaml:1", "app/secret.yaml:1"]
 
 
 def test_kustomize_output_is_decrypted_from_its_file_after_kustomize_rewrote_the_object(

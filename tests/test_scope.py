@@ -66,7 +66,7 @@ def test_violations_name_the_object_its_file_and_line_the_rule_and_the_app() -> 
     (v,) = TENANT.violations([obj], "tenant-a")
     assert v.rule is ScopeRule.NAMESPACE
     assert v.message == (
-        "ConfigMap/team-b/x (apps/a/cm.yaml#0:3): namespace team-b is not in allowed_namespaces"
+        "ConfigMap/team-b/x (apps/a/cm.yaml:3): namespace team-b is not in allowed_namespaces"
         " [team-a, team-a-*] (app 'tenant-a')"
     )
 

@@ -43,6 +43,7 @@ from tests.agentkit import config_head, make_repo, manifests, unique
 from tests.appkit import toml_value
 from tests.clusters import kubectl
 from tests.test_install_manifests import build_text
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANT = ROOT / "manifests" / "multi-tenant"
@@ -188,11 +189,9 @@ def test_a_tenant_writing_outside_its_scope_is_refused_before_any_request_and_th
         assert a.failure is not None and a.failure.reason is FailureReason.SCOPE, a.failure
         assert a.failure.scope is ScopeRule.NAMESPACE
         message = a.failure.message
-        assert (
-            f"ConfigMap/team-b/{intrusion} (apps/a/objects.yaml#1:9): namespace team-b is not in" in message
-        )
+        assert f"ConfigMap/team-b/{intrusion} (apps/a/objects.yaml:9): namespace team-b is not in" in message
         crb_key = f"ClusterRoleBinding.rbac.authorization.k8s.io/{escalate}"
-        assert f"{crb_key} (apps/a/objects.yaml#2:17)" in message
+        assert f"{crb_key} (apps/a/objects.yaml:17)" in message
         assert "allow_cluster_scoped is false" in message and f"ConfigMap/team-a/{mine}" not in message
         assert not a.results, "nothing applied or pruned for the refused app"
         client = rec.client
@@ -387,3 +386,60 @@ def test_the_agents_own_identity_cannot_write_tenant_namespaces_nor_a_tenant_the
         assert not may(tenant, "create", "configmaps", "team-b")
     finally:
         agent.close()
+
+
+def test_create_namespace_creates_a_tenants_namespace_as_the_tenant_only_once_its_rbac_allows_it(
+    tmp_path: Path, tenancy: Tenancy
+) -> None:
+    c = tenancy.cluster
+    extra, name, role = unique("team-a-extra"), unique("a-cm"), unique("ns-creator")
+    repo = make_repo(tmp_path, {"apps/a/cm.yaml": configmap(name, "team-a")})
+    app = {
+        **TENANT_A,
+        "allowed_namespaces": ["team-a", "team-a-*"],
+        "default_namespace": extra,
+        "create_namespace": True,
+    }
+    cfg = tenant_config(tmp_path, repo, tenancy.agent_kubeconfig, [app])
+    as_tenant = "system:serviceaccount:team-a:gitops-tenant"
+    rec = reconciler(cfg)
+    try:
+        (refused,) = rec.reconcile_apps(GitSource.from_config(cfg).poll())
+        # The agent itself may not create namespaces; the tenant may not yet either: refused as it.
+        assert refused.failure is not None and "403" in refused.failure.message, refused.failure
+        assert as_tenant in refused.failure.message and not exists(c, "namespace", extra)
+        assert not exists(c, "configmap", name, "-n", "team-a"), "nothing applied after the refusal"
+
+        grant = (
+            f"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {role}}}\n"
+            'rules: [{apiGroups: [""], resources: [namespaces], verbs: [get, create]}]\n---\n'
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n"
+            f"metadata: {{name: {role}}}\n"
+            f"roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\n"
+            "subjects: [{kind: ServiceAccount, name: gitops-tenant, namespace: team-a}]\n"
+        )
+        admin_apply(c, tmp_path, grant)
+        wait_for(
+            "the tenant's new RBAC to be in force",
+            lambda: (
+                kubectl(
+                    c.kubeconfig, "auth", "can-i", "create", "namespaces", f"--as={as_tenant}", check=False
+                ).strip()
+                == "yes"
+            ),
+            timeout=30,
+        )
+        (done,) = rec.reconcile_apps(GitSource.from_config(cfg).poll())
+        assert done.ok, done.failure
+        live = json.loads(kubectl(c.kubeconfig, "get", "namespace", extra, "-o", "json"))
+        assert live["metadata"]["labels"]["gitops-agent.io/created-by"] == f"{cfg.agent.name}.tenant-a"
+        client = rec.client
+        assert isinstance(client, Recording)
+        posts = [s for s in client.sent if s[0] == "POST" and s[1] == "/api/v1/namespaces"]
+        assert posts and {s[2] for s in posts} == {as_tenant}, posts
+    finally:
+        rec.close()
+        kubectl(c.kubeconfig, "delete", "namespace", extra, "--ignore-not-found", "--wait=false", check=False)
+        kubectl(
+            c.kubeconfig, "delete", "clusterrole,clusterrolebinding", role, "--ignore-not-found", check=False
+        )

@@ -72,7 +72,7 @@ def test_an_unserved_version_is_named_with_its_replacement_by_diff_and_fails_alo
     cfg = write_config(tmp_path, repo, {"pool-a": cluster_pool["pool-a"]})
     words = (
         "apiVersion policy/v1beta1 of kind PodDisruptionBudget is not served by this cluster "
-        "(removed in Kubernetes 1.25): use apiVersion policy/v1 instead (clusters/pool-a/pdb.yaml#0:1)"
+        "(removed in Kubernetes 1.25): use apiVersion policy/v1 instead (clusters/pool-a/pdb.yaml:1)"
     )
 
     out = cli("diff", "--config", str(cfg.file), "--format", "json")
@@ -273,7 +273,7 @@ def test_a_version_a_crd_stops_serving_under_a_running_agent_is_named_in_the_sam
     repo.commit(files(2), "bigger")
     words = (
         f"apiVersion {group}/v1beta1 of kind Widget is not served by this cluster: "
-        f"use apiVersion {group}/v1 instead (clusters/pool-a/widget.yaml#0:1)"
+        f"use apiVersion {group}/v1 instead (clusters/pool-a/widget.yaml:1)"
     )
     for _ in range(2):  # the write that finds out, then the check before the next pass's writes
         result = agent.reconcile()["pool-a"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -73,6 +74,9 @@ class PruneOptions:
     dry_run: bool = False
     #: The app whose inventory this is, named in the brake's approval command (None: the cluster's own).
     app: str | None = None
+    #: The config file and cluster entry named in the brake's approval command.
+    config_file: str | None = None
+    cluster: str | None = None
     #: The app's scope: a member outside it is kept, never deleted (None: unrestricted).
     scope: Scope | None = None
     #: ApplySet id → app name, for the cluster's apps: a held delete names whose objects it would take.
@@ -252,11 +256,13 @@ def decide(
             if over_count
             else f"{n}/{size} > {options.max_prune_fraction:.0%} of the inventory"
         )
-        app = f" --app {options.app}" if options.app else ""
+        app = f" --app {shlex.quote(options.app)}" if options.app else ""
+        config = shlex.quote(options.config_file or "<file>")
+        where = f"--config {config} --cluster {shlex.quote(options.cluster or '<name>')}"
         d.refusal = PruneRefusal(
             PruneReason.BRAKE,
             f"mass-deletion brake: {n} deletions ({limit}); approve this exact set with "
-            f"`gitops-agent prune approve --config <file> --cluster <name>{app} --digest {d.digest}`",
+            f"`gitops-agent prune approve {where}{app} --digest {d.digest}`",
         )
         for c in d.delete:
             d.kept[c.key] = d.refusal.message

@@ -213,6 +213,20 @@ def _fresh(client: KubeClient, change: Change, replan: Replanner, causes: tuple[
     return replan(change.key, live, causes)
 
 
+def immutable_fields_text(error: ApiError) -> str:
+    """``spec.selector (field is immutable)``, per field the server refused to change: its causes,
+    not its message, which quotes the whole rejected value (kilobytes of Go struct per pass)."""
+    return ", ".join(f"{c.field or 'the object'} ({c.detail})" for c in error.causes if c.immutable)
+
+
+def immutable_message(error: ApiError) -> str:
+    """One line: which fields, and how to let the agent make the change."""
+    return (
+        f"immutable field changed: {immutable_fields_text(error)}; annotate the object in Git with "
+        f"{RECREATE}: {RECREATE_ON_IMMUTABLE} to delete and re-create it"
+    )
+
+
 def _immutable(
     client: KubeClient, change: Change, body: Manifest | None, options: ApplyOptions, error: ApiError
 ) -> ApplyResult:
@@ -221,12 +235,7 @@ def _immutable(
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     if annotations.get(RECREATE) != RECREATE_ON_IMMUTABLE or change.action is Action.CREATE:
         return ApplyResult(
-            change.key,
-            Outcome.FAILED,
-            status=422,
-            message=f"immutable field changed: {error.api_message} "
-            f"(annotate {RECREATE}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)",
-            note=Note.IMMUTABLE,
+            change.key, Outcome.FAILED, status=422, message=immutable_message(error), note=Note.IMMUTABLE
         )
     if options.dry_run:
         return ApplyResult(

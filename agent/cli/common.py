@@ -19,10 +19,20 @@ from agent import logs
 from agent.config.load import check_access, load_config
 from agent.config.types import AGENT_DEFAULTS, AppConfig, Config, LogLevel
 from agent.errors import ConfigError
-from agent.model import Revision
+from agent.model import ClusterResult, PruneReason, Revision
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+
+def held_prunes(results: Sequence[ClusterResult]) -> bool:
+    """Whether the mass-deletion brake held any app's deletions: each is named on stderr with the
+    exact ``prune approve`` command (its message), and the command exits 1, not 0."""
+    held = [r for r in results if r.prune_refusal is not None and r.prune_refusal.reason is PruneReason.BRAKE]
+    for r in held:
+        assert r.prune_refusal is not None
+        click.echo(f"{r.cluster}/{r.app or r.cluster}: {r.prune_refusal.message}", err=True)
+    return bool(held)
 
 
 def load(

@@ -22,6 +22,7 @@ from agent.cli.common import (
     EXIT_FAILED,
     EXIT_USAGE,
     configure_logging,
+    held_prunes,
     load,
     poll_sources,
     resolve_app,
@@ -60,7 +61,7 @@ def main(log_format: str | None, log_level: str | None) -> None:
     "--once",
     is_flag=True,
     help="One pass over every cluster (and the rollouts of apps with wait), then exit "
-    "(0 all ok, 1 any failed or any rollout Failed).",
+    "(0 all ok, 1 any failed, any rollout Failed or any prune held by the mass-deletion brake).",
 )
 @click.option("--dry-run", is_flag=True, help="With --once: every write sent with dryRun=All.")
 @click.option("--cluster", "clusters", multiple=True, help="With --once: only these clusters (repeatable).")
@@ -113,7 +114,8 @@ def run(
     click.echo(format_summary(results, health))
     fleet.close()
     degraded = any(h.state is HealthState.FAILED for h in health.values())
-    sys.exit(0 if all(r.ok for r in results) and not degraded else EXIT_FAILED)
+    held = held_prunes(results)
+    sys.exit(0 if all(r.ok for r in results) and not degraded and not held else EXIT_FAILED)
 
 
 # -- render ---------------------------------------------------------------------
@@ -147,13 +149,15 @@ def render_cmd(
     show_secrets: bool,
 ) -> None:
     """Print the rendered YAML stream of one app (deterministic; needs no cluster access, unless
-    the app's decryption key is a Secret in its cluster)."""
+    the app's decryption key is a Secret in its cluster). Charts are rendered for the cluster's
+    kubernetes_version, else the pinned release; which one is said on standard error."""
     from contextlib import nullcontext
     from dataclasses import replace
 
     from agent.plan.masking import mask_decrypted
+    from agent.plan.release import render_release
     from agent.reconcile.stages import ClusterStages
-    from agent.render.renderer import dump_stream, render
+    from agent.render.renderer import dump_stream, render, rendered_for
     from agent.source.checkout import reading
 
     cfg = load(config_file, [cluster_name])
@@ -168,8 +172,13 @@ def render_cmd(
         else:
             rev = resolve_app(cfg, app, revision)
             root, sha = rev.tree, rev.sha
+        # No cluster is asked: charts are rendered for the configured or pinned release.
+        release = render_release(cfg.cluster(cluster_name))
+        spec = replace(stages.spec_for(app), capabilities=None, kube_version=release.kube_version)
         with reading(root) if sha else nullcontext(root):
-            desired = render(root, stages.spec_for(app), revision=sha)
+            desired = render(root, spec, revision=sha)
+        if rendered_for(desired) is not None:
+            click.echo(f"{app.name}: {release.describe()}", err=True)
     except RenderError as e:
         click.echo(str(e), err=True)
         sys.exit(EXIT_USAGE)

@@ -33,6 +33,7 @@ from agent.cli.common import (
     EXIT_USAGE,
     app_label,
     configure_logging,
+    held_prunes,
     load,
     poll_sources,
     require_access,
@@ -242,7 +243,8 @@ def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> in
             lm.stop(release=True)
         fleet.close()
     click.echo(format_summary(results))
-    return 0 if all(r.ok for r in results) else EXIT_FAILED
+    held = held_prunes(results)
+    return 0 if all(r.ok for r in results) and not held else EXIT_FAILED
 
 
 # -- status -----------------------------------------------------------------------

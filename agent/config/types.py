@@ -260,7 +260,7 @@ class ClusterSettings:
     #: SOPS decryption keys (the `decryption` table).
     decryption: Decryption = Decryption()
     #: The Kubernetes release the cluster is to be upgraded to ("1.36"; "": none): objects using
-    #: versions it removes are reported by every pass and `diff`, live and offline.
+    #: versions it removes are reported; renders without a cluster render charts for it.
     kubernetes_version: str = ""
     #: "namespace/name" of the ServiceAccount every request for the app is made as (impersonated);
     #: "" for the agent's own identity.
@@ -273,6 +273,8 @@ class ClusterSettings:
     allow_cluster_scoped: bool = True
     #: ``${NAME}`` substitution (``substitutes``): ``None`` (unset) on where vars reach the app.
     substitute: bool | None = None
+    #: Create the app's target namespace if missing (as the app, inside allowed_namespaces, never pruned).
+    create_namespace: bool = False
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,7 @@ APP_SETTING_KEYS = frozenset(
         "reconcile_interval",
         "propagation_policy",
         "default_namespace",
+        "create_namespace",
         "render_timeout",
         "render_memory",
         "exclude",

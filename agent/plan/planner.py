@@ -103,6 +103,8 @@ class PlanOptions:
     #: Membership values of this agent's other apps on the cluster: their members are never
     #: adopted, whatever ``adopt`` says (only ``handover_from`` moves them).
     protected: frozenset[str] | None = None
+    #: (membership value, app) of this agent's apps on the cluster: a refusal names the app.
+    set_owners: frozenset[tuple[str, str]] | None = None
     #: False = the reconcile pass: no report operations and no path sets where the verdict does
     #: not need them (a CREATE carries neither). The verdict itself is the same either way.
     detail: bool = True
@@ -285,6 +287,13 @@ def _is_our_apply(entry: ManagedEntry, manager: str) -> bool:
     return entry.manager == manager and entry.operation == "Apply" and not entry.subresource
 
 
+def _set_of(value: str, label_key: str, options: PlanOptions) -> str:
+    """The set an object is a member of, in users' words: the app of this agent whose ApplySet
+    it is, where known, else the raw membership label (another agent's or tool's set)."""
+    app = next((a for i, a in options.set_owners or () if i == value), None)
+    return f"app {app!r} (its ApplySet {value})" if app else f"another set ({label_key}={value})"
+
+
 def _adoption(
     live: Manifest, entries: Sequence[ManagedEntry], ours: ManagedEntry | None, options: PlanOptions
 ) -> tuple[SkipReason | None, str, bool]:
@@ -303,9 +312,9 @@ def _adoption(
         if current in (options.handover_from or ()):
             return None, "", True
         if current in (options.protected or ()):
-            return SkipReason.OTHER_SET, f"a member of another app's set ({label_key}={current})", False
+            return SkipReason.OTHER_SET, f"a member of {_set_of(current, label_key, options)}", False
         if options.adopt != Adopt.ALWAYS:
-            why = f"belongs to another set ({label_key}={current}); adopt = {options.adopt} refuses"
+            why = f"belongs to {_set_of(current, label_key, options)}; adopt = {options.adopt} refuses"
             return SkipReason.OTHER_SET, why, False
         return None, "", True
     if ours is not None:
@@ -315,7 +324,7 @@ def _adoption(
     if options.adopt == Adopt.NEVER:
         return SkipReason.ADOPT_REFUSED, "exists and is not ours (adopt = never)", False
     if label_key in labels:
-        why = f"belongs to another set ({label_key}={labels[label_key]}); adopt = if-unowned refuses"
+        why = f"belongs to {_set_of(labels[label_key], label_key, options)}; adopt = if-unowned refuses"
         return SkipReason.OTHER_SET, why, False
     if meta.get("ownerReferences"):
         owners = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in meta["ownerReferences"])

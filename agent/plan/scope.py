@@ -81,6 +81,18 @@ class Scope:
             return ScopeRule.KIND, f"kind {key.group_kind} is not in allowed_kinds {_listed(self.kinds)}"
         return None
 
+    def creation_violation(self, namespace: str, app: str) -> ScopeViolation | None:
+        """Why ``create_namespace`` may not create ``namespace`` for ``app``: only a name matching
+        ``allowed_namespaces`` (never the agent's own), whatever ``allow_cluster_scoped`` says."""
+        if self.agent_namespace and namespace == self.agent_namespace:
+            rule, why = ScopeRule.AGENT_NAMESPACE, "the agent's own namespace is never created for an app"
+        elif not _matches(namespace, self.namespaces):
+            rule, why = ScopeRule.NAMESPACE, f"not in allowed_namespaces {_listed(self.namespaces)}"
+        else:
+            return None
+        message = f"create_namespace: namespace {namespace} is not created: {why} (app {app!r})"
+        return ScopeViolation(ObjectKey("", "Namespace", "", namespace), rule, message)
+
     def violations(self, objects: Iterable[DesiredObject], app: str) -> tuple[ScopeViolation, ...]:
         """Every object of ``objects`` outside this scope, named with its file and rule."""
         if self.unrestricted and self.parents is None:

@@ -559,6 +559,7 @@ class ClusterReconciler(ClusterStages):
             unread = [k for k in {*by_key, *run.members} if not live.listed(k)]
             self.preflight(run.app, the_plan.changes, decision, unread)
         if not dry_run:
+            self.create_namespace(run.app, by_key)  # create_namespace: before anything is applied
             wider = widen(inventory, mine)
             if len(wider) != len(inventory.members):
                 if not inventory.exists:  # created with the claim alone, so a racing entry loses

@@ -8,7 +8,7 @@ OpenAPI schema index, the render cache) and the inventories of its apps. It deci
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import replace
 
 from agent.apply import prune as prune_stage
@@ -34,7 +34,7 @@ from agent.plan import apis
 from agent.plan.planner import PlanOptions
 from agent.plan.schema import SchemaIndex
 from agent.plan.scope import Scope
-from agent.reconcile import preflight
+from agent.reconcile import namespaces, preflight
 from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
 from agent.reconcile.keys import load_keys
@@ -125,9 +125,15 @@ class ClusterStages:
     def scope_violations(
         self, app: AppConfig | None, desired: list[DesiredObject]
     ) -> tuple[ScopeViolation, ...]:
-        """What of the prepared ``desired`` lies outside ``app``'s scope (before any request for it)."""
+        """What of the prepared ``desired`` lies outside ``app``'s scope (before any request for
+        it), and the namespace ``create_namespace`` would create outside it."""
         scope = self.scope_of(app)
-        return scope.violations(desired, app.name) if scope is not None and app is not None else ()
+        if scope is None or app is None:
+            return ()
+        found = scope.violations(desired, app.name)
+        created = namespaces.to_create(app, {o.key for o in desired})
+        refused = scope.creation_violation(created, app.name) if created else None
+        return (*found, refused) if refused is not None else found
 
     def close(self) -> None:
         if self._client is not None:
@@ -196,6 +202,14 @@ class ClusterStages:
             app=app.name,
             concurrency=self.cluster.settings.concurrency,
         )
+
+    def create_namespace(self, app: AppConfig, declared: Container[ObjectKey]) -> None:
+        """``app``'s target namespace, created as the app if ``create_namespace`` asks for it."""
+        if name := namespaces.to_create(app, declared):
+            client, agent = self.client_for(app), self.config.agent.name
+            namespaces.ensure_namespace(
+                client, name, agent=agent, app=app.name, field_manager=self.field_manager
+            )
 
     # -- stages ---------------------------------------------------------------
 
@@ -406,10 +420,12 @@ class ClusterStages:
         of the cluster's other apps are never planned as adoptable (``protected``).
         """
         agent, namespace = self.config.agent.name, self.config.agent.namespace
+        owners = frozenset(
+            (applyset_id(parent_name(agent, a.name, implicit=a.implicit), namespace), a.name)
+            for a in self.apps
+        )
         if protected is None:
-            protected = frozenset(
-                applyset_id(parent_name(agent, a.name, implicit=a.implicit), namespace) for a in self.apps
-            ) - {inventory_id}
+            protected = frozenset(i for i, _ in owners) - {inventory_id}
         return PlanOptions(
             detail=detail,
             field_manager=self.field_manager,
@@ -419,6 +435,7 @@ class ClusterStages:
             membership_label=(PART_OF, inventory_id),
             handover_from=handover_from,
             protected=protected,
+            set_owners=owners,
         )
 
     def prune_options(
@@ -440,4 +457,6 @@ class ClusterStages:
             set_names={
                 applyset_id(self.parent_of(a.name), self.config.agent.namespace): a.name for a in self.apps
             },
+            config_file=self.config.file or None,
+            cluster=self.cluster.name,
         )

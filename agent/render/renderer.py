@@ -47,7 +47,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +103,8 @@ class RenderSpec:
     keys: AgeKeys | None = None
     #: Decrypt encrypted files, or keep their ciphertext (reports without keys).
     sops: SopsMode = SopsMode.DECRYPT
-    #: The cluster's capabilities for Helm, asked only when a chart is rendered (a pass: the
-    #: cluster's version and discovery); ``kube_version`` alone (offline: a target release).
+    #: The cluster's capabilities for Helm, asked when a chart is rendered (a pass: the cluster's
+    #: version and discovery); ``kube_version`` alone without a cluster (``agent.plan.release``).
     capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
     kube_version: str = ""
 
@@ -139,7 +139,6 @@ class _Render:
         )
         #: What Helm was told about the cluster: the output is that cluster's (not shareable).
         self.used_capabilities: Capabilities | None = None
-        self.helm_ran = False
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.tree).as_posix() if path != self.tree else "."
@@ -325,7 +324,6 @@ class _Render:
         binary = self.binary("helm", f"{rel}/Chart.yaml")
         if binary is None:
             return
-        self.helm_ran = True
         caps = self.spec.capabilities() if self.spec.capabilities is not None else None
         if caps is None and self.spec.kube_version:
             caps = Capabilities(self.spec.kube_version)
@@ -362,12 +360,7 @@ class _Render:
         for manifest, prov in self.found:
             key = ObjectKey.of(manifest)
             if key in first:
-                seen = first[key]
-                where = (
-                    f"{seen.file}:{seen.line}"
-                    if seen.line is not None
-                    else f"{seen.file} (document {seen.document})"
-                )
+                where = first[key]
                 self.problems.append(
                     RenderProblem(prov.file, f"duplicate object {key}: also defined at {where}", prov.line)
                 )
@@ -387,14 +380,11 @@ def _job(tree: Path, spec: RenderSpec, runner: Runner) -> _Render:
 def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner | None = None) -> DesiredSet:
     """Every object ``spec`` declares in ``tree``.
 
-    Raises ``RenderError`` with all problems found; never returns a partial set. With a
-    capabilities provider, charts are rendered once without it first: a render that fails
-    never asks the cluster anything (docs/safety.md rule 2), and one without charts never does.
+    Raises ``RenderError`` with all problems found; never returns a partial set. Charts are told
+    the cluster's capabilities from the first try (a ``kubeVersion`` constraint fails against
+    Helm's default): a cluster that cannot answer raises, so nothing is applied or pruned there.
     """
-    runner = runner or bounded_runner(spec.memory)
-    job = _job(tree, replace(spec, capabilities=None) if spec.capabilities else spec, runner)
-    if spec.capabilities is not None and job.helm_ran:
-        job = _job(tree, spec, runner)
+    job = _job(tree, spec, runner or bounded_runner(spec.memory))
     ds = DesiredSet(
         spec.cluster,
         revision,
@@ -407,6 +397,11 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     elif not job.used_cluster_name:
         _CLUSTER_NEUTRAL.add(ds)
     return ds
+
+
+def rendered_for(ds: DesiredSet) -> Capabilities | None:
+    """What Helm was told when ``ds`` was rendered (``None``: no chart, or Helm's default)."""
+    return _CAPABILITIES.get(ds)
 
 
 def dump_stream(ds: DesiredSet) -> str:

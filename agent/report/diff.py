@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.apply import prune as prune_stage
+from agent.apply.ssa import immutable_fields_text, immutable_message
 from agent.config.types import DEFAULT_SOURCE, AppConfig, ClusterConfig, Config
 from agent.errors import AccessDenied, AgentError, ApiError, ScopeError, SourceError
 from agent.kube.client import KubeClient
@@ -410,12 +411,13 @@ def _confirm(
             if (change.key.group, change.key.kind) in new_kinds and e.status == 404:
                 note = "not checked by the server: its CRD is created by this change; the diff is the plan"
                 return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
-            if e.is_immutable:
+            if e.is_immutable:  # the fields, not the server's message (the whole rejected value)
                 annotations = (body.get("metadata") or {}).get("annotations") or {}
                 if annotations.get(RECREATE) == RECREATE_ON_IMMUTABLE:
-                    note = f"an immutable field changes: would delete and re-create ({message})"
+                    fields = immutable_fields_text(e)
+                    note = f"an immutable field changes: would delete and re-create ({fields})"
                     return change_report(change, current, expected, basis="plan", to_label="plan", note=note)
-                message += f" (annotate {RECREATE}: {RECREATE_ON_IMMUTABLE} to allow delete and re-create)"
+                message = immutable_message(e)
             return change_report(
                 change, current, expected, basis="plan", to_label="plan", error=f"HTTP {e.status}: {message}"
             )

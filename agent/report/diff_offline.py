@@ -44,11 +44,11 @@ from agent.model import (
     Revision,
     SkipReason,
     parse_release,
-    release_text,
 )
 from agent.plan import apis, hooks
+from agent.plan.release import RenderRelease, render_release
 from agent.reconcile.reconciler import app_render_spec
-from agent.render.renderer import RenderSpec, render
+from agent.render.renderer import RenderSpec, render, rendered_for
 from agent.render.sops import SopsMode
 from agent.report.diff import Preview, flag_app_conflicts, new_object, sort_objects
 from agent.report.diff_fields import diff_objects
@@ -106,10 +106,12 @@ def compare_cluster(
     """One cluster's section: per app (default: the entry's own), its added/changed/removed
     objects between two checked-out revisions; an object two apps declare at the head is
     flagged in both apps' parts. ``kubernetes_version`` (else the cluster's own target): the
-    head's objects using API versions that release removes are flagged, changed or not."""
+    head's objects using API versions that release removes are flagged, changed or not. Charts
+    are rendered for that release, else the pinned one (``agent.plan.release``)."""
     chosen = list(apps) or [implicit_app(cluster, ())]
     target = kubernetes_version or cluster.settings.kubernetes_version
-    previews = [compare_app(a, base, head, kubernetes_version=target) for a in chosen]
+    release = render_release(cluster, kubernetes_version)
+    previews = [compare_app(a, base, head, kubernetes_version=target, release=release) for a in chosen]
     return ClusterReport(cluster.name, flag_app_conflicts(previews, skip_others=False))
 
 
@@ -125,12 +127,18 @@ def _api_lines(objects: Sequence[DesiredObject], target: str) -> dict[ObjectKey,
     return {k: tuple(v) for k, v in found.items()}
 
 
-def compare_app(app: AppConfig, base: Revision, head: Revision, *, kubernetes_version: str = "") -> Preview:
-    """One app's added/changed/removed objects; it fails alone (its own error)."""
-    spec = dataclasses.replace(app_render_spec(app), sops=SopsMode.SEAL)
-    if kubernetes_version:  # charts choose their apiVersions for the release the cluster goes to
-        release = release_text(parse_release(kubernetes_version))
-        spec = dataclasses.replace(spec, kube_version=f"v{release}.0")
+def compare_app(
+    app: AppConfig,
+    base: Revision,
+    head: Revision,
+    *,
+    kubernetes_version: str = "",
+    release: RenderRelease | None = None,
+) -> Preview:
+    """One app's added/changed/removed objects; it fails alone (its own error). Charts choose
+    their apiVersions for ``release`` (default: ``kubernetes_version``, else the pinned one)."""
+    release = release or render_release(None, kubernetes_version)
+    spec = dataclasses.replace(app_render_spec(app), sops=SopsMode.SEAL, kube_version=release.kube_version)
     try:
         before = _render_at(base.tree, spec, base=True, revision=base.sha)
     except AgentError as e:
@@ -194,7 +202,11 @@ def compare_app(app: AppConfig, base: Revision, head: Revision, *, kubernetes_ve
             )
         )
     report = AppReport(
-        app.name, objects=sort_objects(objects), unchanged=unchanged, findings=check_secrets(app, after)
+        app.name,
+        objects=sort_objects(objects),
+        unchanged=unchanged,
+        findings=check_secrets(app, after),
+        notes=(release.describe(),) if rendered_for(after) is not None else (),
     )
     return Preview(report, new)
 

@@ -205,3 +205,51 @@ def test_a_missing_go_tool_names_the_go_tools_script_and_itself(
     finally:
         monkeypatch.undo()
         tools.cache_clear()
+
+
+def test_the_api_server_calls_nothing_off_this_machine_for_a_webhook_or_an_aggregated_api(
+    namespace: TestNamespace,
+) -> None:
+    """A webhook's Service has a ClusterIP (10.0.0.x): without a kubelet or proxy nothing answers
+    there, and the API server must not dial it. Its "cluster" egress is a socket nobody listens
+    on, so the call fails at once, naming that socket."""
+    cfg, ns = namespace.cluster.kubeconfig, namespace.name
+    kubectl(cfg, "label", "namespace", ns, f"egress-test={ns}")
+    kubectl(cfg, "create", "service", "clusterip", "hook", "--tcp=443:8443", "-n", ns)
+    hook = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": ns},
+        "webhooks": [
+            {
+                "name": "hook.example.com",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "namespaceSelector": {"matchLabels": {"egress-test": ns}},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["podtemplates"],
+                    }
+                ],
+                "clientConfig": {"service": {"namespace": ns, "name": "hook", "port": 443}},
+            }
+        ],
+    }
+    localcluster.kubectl(cfg, "apply", "-f", "-", stdin=json.dumps(hook))
+    try:
+        template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "t", "namespace": ns},
+            "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+        }
+        out = localcluster.kubectl(cfg, "create", "-f", "-", stdin=json.dumps(template), check=False)
+        assert out.returncode != 0
+        assert "no-egress.sock" in out.stderr, out.stderr
+    finally:
+        kubectl(cfg, "delete", "validatingwebhookconfiguration", ns)

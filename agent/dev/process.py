@@ -122,6 +122,10 @@ class Paths:
         return self.root / "tokens"
 
     @property
+    def egress_selector(self) -> Path:
+        return self.root / "egress-selector.yaml"
+
+    @property
     def pki(self) -> Pki:
         return Pki(self.root / "pki")
 
@@ -198,6 +202,28 @@ def _etcd_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
     ]
 
 
+#: The API server's own traffic into "the cluster" (admission webhooks, aggregated APIs such as
+#: metrics-server's, pod logs and proxies) goes through a Unix socket nobody listens on: it fails
+#: at once, on this machine. Without it a webhook's or an APIService's Service would be dialled
+#: at its ClusterIP (--service-cluster-ip-range), an address off this machine, whenever a stack
+#: with one is applied (cert-manager's webhook, prometheus-adapter's APIService).
+_NO_CLUSTER_EGRESS = """apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: {socket}
+"""
+
+
+def _no_cluster_egress(paths: Paths) -> Path:
+    paths.egress_selector.write_text(_NO_CLUSTER_EGRESS.format(socket=paths.root / "no-egress.sock"))
+    return paths.egress_selector
+
+
 def _apiserver_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
     pki = paths.pki
     return [
@@ -215,6 +241,7 @@ def _apiserver_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
         f"--service-account-signing-key-file={pki.sa_key}",
         "--authorization-mode=RBAC",
         "--service-cluster-ip-range=10.0.0.0/24",
+        f"--egress-selector-config-file={_no_cluster_egress(paths)}",
         "--allow-privileged=true",
         # As envtest: with no kubelet, pods never run, and this plugin would reject pods created in a
         # namespace before the controller manager has made its `default` ServiceAccount.

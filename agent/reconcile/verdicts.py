@@ -9,6 +9,8 @@ desired object against the same live version gets the same verdict without re-pl
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +34,9 @@ class Verdict:
     conflicts: tuple[AppConflict, ...] = ()
     #: Left to another app by the pass (not planned): not a member of this app.
     passed: bool = False
+    #: Of an update: the live object's digest, which a dry-run's answer is compared with
+    #: (``reconcile.confirm``); the pass does not keep the live object itself.
+    live_digest: str = ""
 
 
 class NoopMemo:
@@ -85,8 +90,18 @@ class NoopMemo:
         planned = plan(cluster, revision, todo, known, options).changes
         for obj, change in zip(todo, planned, strict=True):
             live = known.get(obj.key)
-            out.append(Verdict(app, obj, slim(change), version(live) if live is not None else None))
+            if live is None:
+                out.append(Verdict(app, obj, slim(change), None))
+                continue
+            live_digest = digest(live) if change.action is Action.UPDATE else ""
+            out.append(Verdict(app, obj, slim(change), version(live), live_digest=live_digest))
         return out
+
+    def confirmed(self, obj: DesiredObject, live: tuple[str, str], change: Change) -> None:
+        """Remember a NOOP the server confirmed for ``obj`` against the live version ``live``
+        (``reconcile.confirm``): the next pass against that version sends nothing for it."""
+        if change.action is Action.NOOP and live[0]:
+            self.entries[obj.key] = (obj, live, change)
 
     def remember(
         self, cluster: str, revision: str, desired: list[DesiredObject], verdicts: list[Verdict]
@@ -125,3 +140,12 @@ def _same(a: DesiredObject, b: DesiredObject) -> bool:
 def version(live: Manifest) -> tuple[str, str]:
     meta = live.get("metadata") or {}
     return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+
+
+def digest(obj: Manifest) -> str:
+    """A digest of an object's stored form, what a LIST item and an apply's answer share
+    (``apiVersion`` and ``kind`` left out: LIST items may omit them); ``reconcile.confirm``
+    compares a dry-run's answer with it."""
+    stored = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    text = json.dumps(stored, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

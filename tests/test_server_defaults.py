@@ -26,15 +26,19 @@ from agent.cli.diff import diff
 from agent.config.types import Config
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
-from agent.model import Action, ApplyResult, Change, ObjectKey, Outcome
+from agent.model import Action, ApplyResult, Change, ClusterResult, ObjectKey, Outcome
 from tests.agentkit import E2E, Agent, Repo, make_repo, unique, write_config
-from tests.appkit import WRITE_VERBS, counting
+from tests.appkit import counting
 from tests.clusters import ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
 
 
-def stack(ns: str, webhook: str, policy: str, image: str = "nginx") -> str:
+#: A Secret's value: never in a result, a log line or a report.
+SECRET_VALUE = "hunter2-server-defaults"
+
+
+def stack(ns: str, webhook: str, policy: str, image: str = "nginx", password: str = SECRET_VALUE) -> str:
     """The issue's objects, as their charts write them (nothing the server fills in is declared)."""
     return f"""apiVersion: v1
 kind: Namespace
@@ -73,6 +77,13 @@ metadata: {{name: rb, namespace: {ns}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}}
 subjects: [{{apiGroup: "", kind: ServiceAccount, name: sa, namespace: {ns}}}]
 ---
+apiVersion: v1
+kind: Secret
+metadata: {{name: s, namespace: {ns}}}
+type: null
+immutable: null
+stringData: {{password: {password}}}
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: {{name: d, namespace: {ns}}}
@@ -104,6 +115,7 @@ class Stack:
             ObjectKey("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", "", self.webhook),
             ObjectKey("admissionregistration.k8s.io", "ValidatingAdmissionPolicy", "", self.policy),
             ObjectKey("rbac.authorization.k8s.io", "RoleBinding", ns, "rb"),
+            ObjectKey("", "Secret", ns, "s"),
             ObjectKey("apps", "Deployment", ns, "d"),
         }
 
@@ -114,6 +126,7 @@ class Stack:
             (f"validatingwebhookconfiguration/{self.webhook}", None),
             (f"validatingadmissionpolicy/{self.policy}", None),
             ("rolebinding/rb", self.ns),
+            ("secret/s", self.ns),
             ("deployment/d", self.ns),
         ):
             args = ["get", what, "-o", "jsonpath={.metadata.resourceVersion}"]
@@ -138,9 +151,17 @@ def applied(tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E) -> Iterator[Sta
     yield s
 
 
-def run_diff(cfg: Config) -> tuple[int, dict[str, Any]]:
+def run_diff(cfg: Config, *secrets: str) -> tuple[int, dict[str, Any]]:
+    """``gitops-agent diff``'s exit code and JSON report; ``secrets`` appear in none of its output."""
     result = CliRunner().invoke(diff, ["--config", cfg.file, "--format", "json"], catch_exceptions=False)
+    for value in secrets:
+        assert value not in result.output and value not in result.stderr
     return result.exit_code, json.loads(result.stdout)
+
+
+def said(result: ClusterResult) -> str:
+    """Every message of a pass's results."""
+    return " ".join(r.message for r in result.results)
 
 
 def test_server_defaulted_and_null_fields_are_written_once_then_never_again(applied: Stack) -> None:
@@ -150,12 +171,14 @@ def test_server_defaulted_and_null_fields_are_written_once_then_never_again(appl
     assert result.ok, result
     assert {r.key: r.outcome for r in result.results} == dict.fromkeys(applied.keys(), Outcome.UNCHANGED)
     assert second.writes == {}, second.requests.by_resource
+    assert SECRET_VALUE not in said(result)
     # The objects the local plan saw change were confirmed by the server (a dry-run each), nothing else.
     confirmed = {k: n for k, n in second.requests.by_resource.items() if not k.startswith("LIST ")}
     assert confirmed == {
         "APPLY(dry-run) validatingwebhookconfigurations": 1,
         "APPLY(dry-run) validatingadmissionpolicies": 1,
         "APPLY(dry-run) rolebindings": 1,
+        "APPLY(dry-run) secrets": 1,
         "APPLY(dry-run) deployments": 1,
     }, second.requests.by_resource
     assert applied.versions() == before
@@ -170,7 +193,7 @@ def test_server_defaulted_and_null_fields_are_written_once_then_never_again(appl
 
 
 def test_the_diff_report_shows_no_change_for_server_defaulted_and_null_fields(applied: Stack) -> None:
-    code, doc = run_diff(applied.config)
+    code, doc = run_diff(applied.config, SECRET_VALUE)
     assert code == 0, doc
     section = doc["clusters"][0]
     assert [o for app in section["apps"] for o in app["objects"]] == []
@@ -180,28 +203,29 @@ def test_the_diff_report_shows_no_change_for_server_defaulted_and_null_fields(ap
 
 def test_a_real_change_beside_server_defaulted_fields_is_still_applied_and_reported(applied: Stack) -> None:
     applied.agent.reconcile()  # the false changes confirmed and remembered
-    applied.repo.commit(
-        {"clusters/pool-a/stack.yaml": stack(applied.ns, applied.webhook, applied.policy, image="nginx:1.28")}
-    )
-    code, doc = run_diff(applied.config)
+    changed = stack(applied.ns, applied.webhook, applied.policy, image="nginx:1.28", password="rotated-value")
+    applied.repo.commit({"clusters/pool-a/stack.yaml": changed})
+    code, doc = run_diff(applied.config, SECRET_VALUE, "rotated-value")
     assert code == 1, doc
     found = {o["key"]: o for app in doc["clusters"][0]["apps"] for o in app["objects"]}
-    assert list(found) == [f"Deployment.apps/{applied.ns}/d"]
+    assert sorted(found) == [f"Deployment.apps/{applied.ns}/d", f"Secret/{applied.ns}/s"]
     d = found[f"Deployment.apps/{applied.ns}/d"]
     assert d["action"] == "update" and d["basis"] == "server" and d["error"] is None
     assert "+          image: nginx:1.28" in d["diff"]
+    assert found[f"Secret/{applied.ns}/s"]["action"] == "update"
 
     with counting(applied.cluster) as counted:
         result = applied.agent.reconcile()["pool-a"]
     assert result.ok, result
     deployment = ObjectKey("apps", "Deployment", applied.ns, "d")
+    secret = ObjectKey("", "Secret", applied.ns, "s")
     assert {r.key: r.outcome for r in result.results} == {
         **dict.fromkeys(applied.keys(), Outcome.UNCHANGED),
         deployment: Outcome.CONFIGURED,
+        secret: Outcome.CONFIGURED,
     }
-    assert {k: n for k, n in counted.writes.items() if k.split(" ")[0] in WRITE_VERBS} == {
-        "APPLY deployments": 1
-    }
+    assert counted.writes == {"APPLY deployments": 1, "APPLY secrets": 1}
+    assert SECRET_VALUE not in said(result) and "rotated-value" not in said(result)
     image = kubectl(
         applied.cluster.kubeconfig,
         "get",

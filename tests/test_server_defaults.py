@@ -268,3 +268,56 @@ def test_an_apply_the_server_answers_with_the_live_resource_version_counts_as_un
         )["data"] == {"k": "w"}
     finally:
         client.close()
+
+
+def test_a_false_change_beside_a_field_yielded_to_an_autoscaler_sends_nothing_and_shows_the_yield(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("defaults-yield")
+    web = f"""apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: c, image: nginx, imagePullPolicy: null}}]}}
+"""
+    agent = e2e.agent(
+        write_config(tmp_path, make_repo(tmp_path, {"clusters/pool-a/web.yaml": web}), {"pool-a": a})
+    )
+    assert agent.reconcile()["pool-a"].ok
+    # What an HPA does: spec.replicas through /scale as kube-controller-manager (yielded to it).
+    scale = json.dumps({"spec": {"replicas": 5}})
+    kubectl(
+        a.kubeconfig,
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--subresource=scale",
+        "--type=merge",
+        "--field-manager=kube-controller-manager",
+        "-p",
+        scale,
+    )
+    key = ObjectKey("apps", "Deployment", ns, "web")
+    for n in range(2):
+        with counting(a) as counted:
+            result = agent.reconcile()["pool-a"]
+        assert result.ok, result
+        r = next(r for r in result.results if r.key == key)
+        assert r.outcome is Outcome.UNCHANGED, r
+        assert [c.manager for c in r.yielded] == ["kube-controller-manager"], r
+        assert counted.writes == {}, counted.requests.by_resource
+        if n:  # remembered: the same live version costs no request
+            assert all(k.startswith("LIST ") for k in counted.requests.by_resource), counted.requests
+    replicas = kubectl(a.kubeconfig, "get", "deployment", "web", "-n", ns, "-o", "jsonpath={.spec.replicas}")
+    assert replicas == "5"

@@ -104,7 +104,7 @@ def confirm_plan(
         if c.key in quiet:
             c = unchanged(c)
             v = planned[c.key]
-            if c.action is Action.NOOP and v.version is not None:
+            if v.version is not None:
                 memo.confirmed(v.obj, v.version, c)
         changes.append(c)
     return replace(the_plan, changes=tuple(changes))

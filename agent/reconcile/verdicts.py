@@ -40,7 +40,8 @@ class Verdict:
 
 
 class NoopMemo:
-    """Last NOOP verdict per object of one app: (desired object, live (resourceVersion, uid), change)."""
+    """Last NOOP verdict per object of one app: (desired object, live (resourceVersion, uid), change);
+    also a CONFLICT the server confirmed sends nothing (``confirmed``)."""
 
     def __init__(self) -> None:
         self.entries: dict[ObjectKey, tuple[DesiredObject, tuple[str, str], Change]] = {}
@@ -98,9 +99,10 @@ class NoopMemo:
         return out
 
     def confirmed(self, obj: DesiredObject, live: tuple[str, str], change: Change) -> None:
-        """Remember a NOOP the server confirmed for ``obj`` against the live version ``live``
+        """Remember a change the server confirmed sends nothing (a NOOP, or a CONFLICT whose
+        fields are all yielded) for ``obj`` against the live version ``live``
         (``reconcile.confirm``): the next pass against that version sends nothing for it."""
-        if change.action is Action.NOOP and live[0]:
+        if change.action in (Action.NOOP, Action.CONFLICT) and live[0]:
             self.entries[obj.key] = (obj, live, change)
 
     def remember(

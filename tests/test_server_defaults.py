@@ -321,3 +321,11 @@ spec:
             assert all(k.startswith("LIST ") for k in counted.requests.by_resource), counted.requests
     replicas = kubectl(a.kubeconfig, "get", "deployment", "web", "-n", ns, "-o", "jsonpath={.spec.replicas}")
     assert replicas == "5"
+    # The diff report shows the yield (as for any conflict), not an update with an empty diff.
+    code, doc = run_diff(agent.config)
+    found = {o["key"]: o for app in doc["clusters"][0]["apps"] for o in app["objects"]}
+    assert list(found) == [f"Deployment.apps/{ns}/web"], found
+    entry = found[f"Deployment.apps/{ns}/web"]
+    assert entry["action"] == "conflict" and entry["diff"] == "", entry
+    assert "kube-controller-manager" in json.dumps(entry["conflicts"]), entry
+    assert code == 1  # a yield is shown as a difference, as the plan's own conflicts are

@@ -429,6 +429,8 @@ def _confirm(
                 change, current, expected, basis="plan", to_label="plan", error=f"HTTP {e.status}: {message}"
             )
         if current is not None and confirm.stores_nothing(digest(current), after):
+            if change.yielded:  # nothing is sent, but what is yielded stays visible
+                return change_report(confirm.unchanged(change), current, None, basis="", to_label="")
             quiet.add(change.key)  # what the plan saw the server fills in or drops: no change
             return None
         done = change_report(change, current, after, basis="server", to_label="server dry-run")

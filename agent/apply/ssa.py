@@ -4,7 +4,8 @@ Called by ``reconcile`` after the inventory was widened. Only the plan's body
 is sent (yielded paths already removed), with our field manager, ``force``
 only when the plan forces, and the ``resourceVersion`` the plan was made from,
 so a write in between fails with 409 and the object is re-planned from a
-fresh read (bounded) in the same pass. The re-plan also gets the 409's
+fresh read (bounded) in the same pass. An update the server answers with the version it
+had wrote nothing and counts as ``UNCHANGED``. The re-plan also gets the 409's
 ``FieldManagerConflict`` causes: the server may name owners the object does
 not show (``before-first-apply`` after managedFields were cleared), and the
 conflict rules decide those too (``causes``). Never PUT, never a
@@ -187,10 +188,21 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
         warnings=warnings,
     )
     outcome = Outcome.CREATED if change.action is Action.CREATE else Outcome.CONFIGURED
-    uid = (out.get("metadata") or {}).get("uid") if out else None
+    meta = (out.get("metadata") or {}) if out else {}
+    uid = meta.get("uid")
+    if _stored_nothing(change, meta, options):
+        outcome = Outcome.UNCHANGED
     return ApplyResult(
         change.key, outcome, message=change.reason, uid=uid, warnings=tuple(warnings), yielded=change.yielded
     )
+
+
+def _stored_nothing(change: Change, meta: Manifest, options: ApplyOptions) -> bool:
+    """An update the server answered with the version it had: nothing was written. (A dry-run
+    answers with the live version whether or not it would change anything: not a sign there.)"""
+    if options.dry_run or change.action is not Action.UPDATE or not change.resource_version:
+        return False
+    return str(meta.get("resourceVersion") or "") == change.resource_version
 
 
 def _not_served(client: KubeClient, change: Change, error: ApiError) -> ApplyResult:

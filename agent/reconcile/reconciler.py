@@ -75,6 +75,7 @@ from agent.reconcile.apps import (
     revisions_of,
     with_dependencies,
 )
+from agent.reconcile.confirm import confirm_plan
 from agent.reconcile.follow import Follows
 from agent.reconcile.live import GroupKind
 from agent.reconcile.stages import ClientFactory, ClusterStages, SameCluster, app_render_spec, render_spec
@@ -526,10 +527,8 @@ class ClusterReconciler(ClusterStages):
     ) -> None:
         assert run.desired is not None and run.store is not None and run.inventory is not None
         assert run.options is not None and run.revision is not None and run.desired_set is not None
-        store, inventory, options = run.store, run.inventory, run.options
-        result = run.result
-        client = self.client_for(run.app)
-        live = shared.live_for(run)
+        store, inventory, options, result = run.store, run.inventory, run.options, run.result
+        client, live = self.client_for(run.app), shared.live_for(run)
         the_plan = self._memo(run.name).remember(self.cluster.name, run.revision.sha, run.desired, verdicts)
         by_key = {o.key: o for o in run.desired}
         # Left to another app, or a Helm delete/rollback hook: never a member of this app.
@@ -558,6 +557,10 @@ class ClusterReconciler(ClusterStages):
         if run.identity:  # before anything is written for the app: nothing half-applied
             unread = [k for k in {*by_key, *run.members} if not live.listed(k)]
             self.preflight(run.app, the_plan.changes, decision, unread)
+        apply_opts = apply_stage.ApplyOptions(
+            field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
+        )
+        the_plan = confirm_plan(client, the_plan, verdicts, self._memo(run.name), apply_opts)
         if not dry_run:
             self.create_namespace(run.app, by_key)  # create_namespace: before anything is applied
             wider = widen(inventory, mine)
@@ -566,9 +569,6 @@ class ClusterReconciler(ClusterStages):
                     inventory = run.inventory = store.claim(inventory)
                 store.write(wider)  # widen before applying (docs/safety.md rule 10)
                 run.members = {m.key: m for m in wider}
-        apply_opts = apply_stage.ApplyOptions(
-            field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
-        )
 
         def replan(key: ObjectKey, fresh: Manifest | None, causes: tuple[StatusCause, ...]) -> Change:
             return replan_after_conflict(by_key[key], fresh, options, causes)

@@ -9,6 +9,8 @@ desired object against the same live version gets the same verdict without re-pl
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,10 +34,14 @@ class Verdict:
     conflicts: tuple[AppConflict, ...] = ()
     #: Left to another app by the pass (not planned): not a member of this app.
     passed: bool = False
+    #: Of an update: the live object's digest, which a dry-run's answer is compared with
+    #: (``reconcile.confirm``); the pass does not keep the live object itself.
+    live_digest: str = ""
 
 
 class NoopMemo:
-    """Last NOOP verdict per object of one app: (desired object, live (resourceVersion, uid), change)."""
+    """Last NOOP verdict per object of one app: (desired object, live (resourceVersion, uid), change);
+    also a CONFLICT the server confirmed sends nothing (``confirmed``)."""
 
     def __init__(self) -> None:
         self.entries: dict[ObjectKey, tuple[DesiredObject, tuple[str, str], Change]] = {}
@@ -85,8 +91,19 @@ class NoopMemo:
         planned = plan(cluster, revision, todo, known, options).changes
         for obj, change in zip(todo, planned, strict=True):
             live = known.get(obj.key)
-            out.append(Verdict(app, obj, slim(change), version(live) if live is not None else None))
+            if live is None:
+                out.append(Verdict(app, obj, slim(change), None))
+                continue
+            live_digest = digest(live) if change.action is Action.UPDATE else ""
+            out.append(Verdict(app, obj, slim(change), version(live), live_digest=live_digest))
         return out
+
+    def confirmed(self, obj: DesiredObject, live: tuple[str, str], change: Change) -> None:
+        """Remember a change the server confirmed sends nothing (a NOOP, or a CONFLICT whose
+        fields are all yielded) for ``obj`` against the live version ``live``
+        (``reconcile.confirm``): the next pass against that version sends nothing for it."""
+        if change.action in (Action.NOOP, Action.CONFLICT) and live[0]:
+            self.entries[obj.key] = (obj, live, change)
 
     def remember(
         self, cluster: str, revision: str, desired: list[DesiredObject], verdicts: list[Verdict]
@@ -125,3 +142,12 @@ def _same(a: DesiredObject, b: DesiredObject) -> bool:
 def version(live: Manifest) -> tuple[str, str]:
     meta = live.get("metadata") or {}
     return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+
+
+def digest(obj: Manifest) -> str:
+    """A digest of an object's stored form, what a LIST item and an apply's answer share
+    (``apiVersion`` and ``kind`` left out: LIST items may omit them); ``reconcile.confirm``
+    compares a dry-run's answer with it."""
+    stored = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    text = json.dumps(stored, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -53,9 +53,11 @@ from agent.model import (
 )
 from agent.plan.fields import render_path
 from agent.plan.planner import PlanOptions, expected_object, plan, request_body
+from agent.reconcile import confirm
 from agent.reconcile.apps import Declared, assign
 from agent.reconcile.live import LiveState
 from agent.reconcile.reconciler import ClusterReconciler
+from agent.reconcile.verdicts import digest
 from agent.render.renderer import render
 from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.report.model import (
@@ -239,7 +241,10 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
             rec.preflight(app, the_plan.changes, decision, unread)
         except AccessDenied as e:
             notes.append(str(e))
-    objects = _confirm(rec, client, the_plan.changes, by_key, live, options, secrets, api, set(unserved))
+    quiet: set[ObjectKey] = set()
+    objects = _confirm(
+        rec, client, the_plan.changes, by_key, live, options, secrets, api, set(unserved), quiet
+    )
     prune_refused = decision.refused
     for result in prune_stage.execute(client, decision, prune_options):
         objects.append(_prune_report(result, live, secrets))
@@ -252,7 +257,9 @@ def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name
     report = AppReport(
         name,
         objects=sort_objects(objects),
-        unchanged=sum(1 for c in the_plan.changes if c.action is Action.NOOP and c.key not in api),
+        unchanged=sum(
+            1 for c in the_plan.changes if (c.action is Action.NOOP or c.key in quiet) and c.key not in api
+        ),
         prune_refused=prune_refused,
         notes=tuple(notes),
     )
@@ -347,8 +354,10 @@ def _confirm(
     secrets: set[str],
     api: Mapping[ObjectKey, list[ApiLine]],
     unserved: set[ObjectKey],
+    quiet: set[ObjectKey],
 ) -> list[ObjectReport]:
-    """Every non-noop change as a report entry; creates/updates confirmed by a server dry-run.
+    """Every non-noop change as a report entry; creates/updates confirmed by a server dry-run
+    (an update the server would store nothing for is added to ``quiet``, with no entry).
 
     An object whose apiVersion the cluster does not serve is not sent (the pass fails it with
     the same words); an unchanged one with a note on its apiVersion still gets an entry.
@@ -395,8 +404,8 @@ def _confirm(
         assert body is not None
         warnings: list[str] = []
         try:
-            after = client.apply(
-                body, field_manager=rec.field_manager, force=change.force, dry_run=True, warnings=warnings
+            after = confirm.dry_run_apply(
+                client, change, body, field_manager=rec.field_manager, warnings=warnings
             )
         except ApiError as e:
             if e.is_cluster_level:
@@ -421,6 +430,11 @@ def _confirm(
             return change_report(
                 change, current, expected, basis="plan", to_label="plan", error=f"HTTP {e.status}: {message}"
             )
+        if current is not None and confirm.stores_nothing(digest(current), after):
+            if change.yielded:  # nothing is sent, but what is yielded stays visible
+                return change_report(confirm.unchanged(change), current, None, basis="", to_label="")
+            quiet.add(change.key)  # what the plan saw the server fills in or drops: no change
+            return None
         done = change_report(change, current, after, basis="server", to_label="server dry-run")
         said = tuple(ApiLine(ApiProblem.WARNING.value, scrub(w, secrets)) for w in warnings)
         return replace(done, api=said) if said else done

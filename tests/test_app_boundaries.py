@@ -141,7 +141,9 @@ spec:
         if pruned[-1].outcome is Outcome.PRUNED:
             break
     assert pruned[-1].outcome is Outcome.PRUNED, pruned
-    assert kubectl(a.kubeconfig, "get", "crd", crd_name, "--ignore-not-found", "-o", "name").strip() == ""
+    # The API server removes a CRD after its custom-resource cleanup finalizer: gone soon after.
+    gone = ("get", "crd", crd_name, "--ignore-not-found", "-o", "name")
+    wait_for("the CRD to be gone", lambda: kubectl(a.kubeconfig, *gone).strip() == "", 30)
 
 
 def test_each_app_alone_a_namespace_holding_more_than_a_page_of_another_apps_objects_is_kept_until_empty(

@@ -634,7 +634,8 @@ def test_self_management_the_agent_reconciles_its_own_manifests_from_git(
     steady = run_once(in_cluster)
     assert steady.returncode == 0, steady.stdout + steady.stderr
     row = next(line for line in steady.stdout.splitlines() if line.startswith("in-cluster")).split()
-    assert row[2:6] == ["0", str(len(docs)), "0", "0"], steady.stdout  # applied, unchanged, pruned, failed
+    # applied, unchanged, yielded, pruned, failed
+    assert row[2:7] == ["0", str(len(docs)), "0", "0", "0"], steady.stdout
 
     # 3. A config change in Git: new generated ConfigMap, Deployment rolled, old one pruned.
     old_cm = one(docs, "ConfigMap")["metadata"]["name"]
@@ -646,9 +647,8 @@ def test_self_management_the_agent_reconciles_its_own_manifests_from_git(
     change = run_once(in_cluster)
     assert change.returncode == 0, change.stdout + change.stderr
     row = next(line for line in change.stdout.splitlines() if line.startswith("in-cluster")).split()
-    assert row[2] == "2" and row[4] == "1", (
-        change.stdout
-    )  # ConfigMap created + Deployment configured; 1 pruned
+    # APPLIED 2 (ConfigMap created + Deployment configured), PRUNED 1 (after UNCHANGED, YIELDED).
+    assert row[2] == "2" and row[5] == "1", change.stdout
     assert not exists(c.kubeconfig, "configmap", old_cm, "-n", AGENT_NS)
     dep = get(c.kubeconfig, "deployment", "gitops-agent", "-n", AGENT_NS)
     new_cm = next(

@@ -55,6 +55,7 @@ NOT_SETTINGS = {
     "PruneOptions.scope",  # None: unrestricted (the pass gives each app its own)
     "PruneOptions.config_file",  # None: not known here (the brake's command says <file>)
     "PruneOptions.cluster",  # None: likewise (<name>)
+    "PruneOptions.set_names",  # None: no app of this agent known by its set (holds name set ids)
     "LeaseSettings.enabled",  # decided by ``lease_settings`` from ``leases`` and where the agent runs
     "LeaseSettings.in_cluster",  # likewise
     "DaemonOptions.leases",  # None: decided from the config

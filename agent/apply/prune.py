@@ -79,8 +79,9 @@ class PruneOptions:
     cluster: str | None = None
     #: The app's scope: a member outside it is kept, never deleted (None: unrestricted).
     scope: Scope | None = None
-    #: ApplySet id → app name, for the cluster's apps: a held delete names whose objects it would take.
-    set_names: Mapping[str, str] = field(default_factory=dict)
+    #: ApplySet id → app name, for the cluster's apps: a held delete names whose objects it would take
+    #: (None: none known, every other set named by its id).
+    set_names: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ def decide(
         options.inventory_id,
         frozenset(inventory.members),
         frozenset(m.uid for m in inventory.members.values() if m.uid),
-        options.set_names,
+        options.set_names or {},
     )
     d.digest = prune_digest(d.delete)
     size = len(inventory.members)

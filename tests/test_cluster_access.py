@@ -87,7 +87,8 @@ def test_load_config_accepts_absent_kubeconfigs_and_check_access_names_each_key_
 
 def test_render_and_offline_diff_work_with_a_config_whose_kubeconfigs_are_absent(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, FILES)
-    namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: n\n"
+    # (`name: n` would read as false, as Kubernetes reads YAML: a name is a string.)
+    namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-n\n"
     base = repo.commit({**FILES, "clusters/prod/ns.yaml": namespace})
     config = str(production_config(tmp_path, repo))
 
@@ -96,7 +97,7 @@ def test_render_and_offline_diff_work_with_a_config_whose_kubeconfigs_are_absent
     docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("ConfigMap", "settings"),
-        ("Namespace", "n"),
+        ("Namespace", "team-n"),
     ]
 
     head = repo.commit(FILES, "drop the namespace")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -200,3 +201,20 @@ class ClusterControl:
 def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
     """The pinned kubectl's stdout (raises ``LocalClusterError`` with its stderr on failure)."""
     return localcluster.kubectl(kubeconfig, *args, check=check).stdout
+
+
+def scale_as_hpa(kubeconfig: Path, ns: str, replicas: int) -> None:
+    """What an HPA does: write spec.replicas through /scale as kube-controller-manager."""
+    kubectl(
+        kubeconfig,
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--subresource=scale",
+        "--type=merge",
+        "--field-manager=kube-controller-manager",
+        "-p",
+        json.dumps({"spec": {"replicas": replicas}}),
+    )

@@ -37,7 +37,7 @@ from agent.model import (
 )
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.reconcile.takeover import run_takeover
-from tests.agentkit import E2E, make_repo, unique, write_config
+from tests.agentkit import E2E, Repo, make_repo, unique, write_config
 from tests.appkit import AppsAgent, members, parent, write_apps_config
 from tests.clusters import ClusterPool, kubectl
 from tests.waiting import wait_for
@@ -194,11 +194,12 @@ def test_each_app_alone_a_namespace_holding_more_than_a_page_of_another_apps_obj
     assert ns_key not in members(cfg, a, "infra")
 
 
-def test_each_app_alone_an_app_declaring_another_apps_inventory_parent_fails_closed_and_writes_nothing(
-    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
-) -> None:
-    a = cluster_pool["pool-a"]
-    ns = e2e.namespace("parents")
+def _infra_and_web(
+    tmp_path: Path, a: LocalCluster, e2e: E2E, prefix: str
+) -> tuple[Config, AppsAgent, Repo, dict[str, str]]:
+    """Two converged apps on ``a``: infra (a Namespace and a ConfigMap in it) and web (a ConfigMap);
+    the config, the agent, the repository and its files."""
+    ns = e2e.namespace(prefix)
     files = {
         "apps/infra/objects.yaml": NS.format(ns=ns) + "---\n" + CM.format(name="settings", ns=ns),
         "apps/web/web.yaml": CM.format(name="web", ns=ns),
@@ -208,6 +209,14 @@ def test_each_app_alone_an_app_declaring_another_apps_inventory_parent_fails_clo
     cfg = write_apps_config(tmp_path, repo, a, apps)
     agent = apps_agent(e2e, cfg, a)
     converge(agent)
+    return cfg, agent, repo, files
+
+
+def test_each_app_alone_an_app_declaring_another_apps_inventory_parent_fails_closed_and_writes_nothing(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    cfg, agent, repo, files = _infra_and_web(tmp_path, a, e2e, "parents")
     victim, home = f"{cfg.agent.name}.infra", cfg.agent.namespace
     infra_members = members(cfg, a, "infra")
     parent_uid = uids(a, "configmaps", home)[victim]
@@ -237,18 +246,7 @@ def test_each_app_alone_another_apps_parent_left_in_this_apps_inventory_is_never
 ) -> None:
     """What the old bug left behind: web applied infra's parent (same field manager) and recorded it."""
     a = cluster_pool["pool-a"]
-    ns = e2e.namespace("parents")
-    repo = make_repo(
-        tmp_path,
-        {
-            "apps/infra/objects.yaml": NS.format(ns=ns) + "---\n" + CM.format(name="settings", ns=ns),
-            "apps/web/web.yaml": CM.format(name="web", ns=ns),
-        },
-    )
-    apps = [{"name": "infra", "path": "apps/infra"}, {"name": "web", "path": "apps/web"}]
-    cfg = write_apps_config(tmp_path, repo, a, apps)
-    agent = apps_agent(e2e, cfg, a)
-    converge(agent)
+    cfg, agent, _, _ = _infra_and_web(tmp_path, a, e2e, "parents")
     victim = f"{cfg.agent.name}.infra"
     victim_key = ObjectKey("", "ConfigMap", cfg.agent.namespace, victim)
     web_id = applyset_id(f"{cfg.agent.name}.web", cfg.agent.namespace)
@@ -405,16 +403,7 @@ def test_each_app_alone_takeover_refuses_an_app_declaring_an_inventory_parent_an
     tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:
     a = cluster_pool["pool-a"]
-    ns = e2e.namespace("takeover")
-    files = {
-        "apps/infra/objects.yaml": NS.format(ns=ns) + "---\n" + CM.format(name="settings", ns=ns),
-        "apps/web/web.yaml": CM.format(name="web", ns=ns),
-    }
-    repo = make_repo(tmp_path, files)
-    apps = [{"name": "infra", "path": "apps/infra"}, {"name": "web", "path": "apps/web"}]
-    cfg = write_apps_config(tmp_path, repo, a, apps)
-    agent = apps_agent(e2e, cfg, a)
-    converge(agent)
+    cfg, agent, repo, files = _infra_and_web(tmp_path, a, e2e, "takeover")
     victim, home = f"{cfg.agent.name}.infra", cfg.agent.namespace
     # An operator's annotation (`gitops-agent resume` writes one) is held by another manager:
     # a takeover naming it would force web's body, under the inventory's own manager, onto it.

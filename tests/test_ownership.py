@@ -26,7 +26,7 @@ from agent.run.record_store import FileStore
 from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage
 from agent.ui import auth
 from tests.agentkit import E2E, make_repo, write_config
-from tests.clusters import ClusterPool, kubectl
+from tests.clusters import ClusterPool, kubectl, scale_as_hpa
 
 pytestmark = pytest.mark.cluster
 
@@ -48,23 +48,6 @@ def namespace_doc(ns: str) -> str:
 def get(kubeconfig: Path, *args: str) -> dict[str, Any]:
     out = kubectl(kubeconfig, "get", *args, "-o", "json", "--show-managed-fields")
     return json.loads(out)  # type: ignore[no-any-return]
-
-
-def scale_as_hpa(kubeconfig: Path, ns: str, replicas: int) -> None:
-    """What an HPA does: write spec.replicas through /scale as kube-controller-manager."""
-    kubectl(
-        kubeconfig,
-        "patch",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "--subresource=scale",
-        "--type=merge",
-        "--field-manager=kube-controller-manager",
-        "-p",
-        json.dumps({"spec": {"replicas": replicas}}),
-    )
 
 
 def test_never_revert_foreign_labels_annotations_and_hpa_replicas_over_20_reconciles(

@@ -29,7 +29,7 @@ from agent.kube.client import KubeClient
 from agent.model import Action, ApplyResult, Change, ClusterResult, ObjectKey, Outcome
 from tests.agentkit import E2E, Agent, Repo, make_repo, unique, write_config
 from tests.appkit import counting
-from tests.clusters import ClusterPool, kubectl
+from tests.clusters import ClusterPool, kubectl, scale_as_hpa
 
 pytestmark = pytest.mark.cluster
 
@@ -294,20 +294,7 @@ spec:
     )
     assert agent.reconcile()["pool-a"].ok
     # What an HPA does: spec.replicas through /scale as kube-controller-manager (yielded to it).
-    scale = json.dumps({"spec": {"replicas": 5}})
-    kubectl(
-        a.kubeconfig,
-        "patch",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "--subresource=scale",
-        "--type=merge",
-        "--field-manager=kube-controller-manager",
-        "-p",
-        scale,
-    )
+    scale_as_hpa(a.kubeconfig, ns, 5)
     key = ObjectKey("apps", "Deployment", ns, "web")
     for n in range(2):
         with counting(a) as counted:

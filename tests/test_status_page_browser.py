@@ -28,7 +28,7 @@ from agent.dev import localcluster
 from agent.run.scheduler import Daemon
 from tests import daemonkit
 from tests.agentkit import make_repo, unique
-from tests.clusters import ClusterPool, kubectl
+from tests.clusters import ClusterPool, kubectl, scale_as_hpa
 from tests.daemonkit import http, url
 from tests.waiting import wait_for
 
@@ -191,19 +191,7 @@ suspend = true
         }
         wait_for("every app's first pass", lambda: {k: _status(cfg)[k]["state"] for k in want} == want, 90)
         # An HPA scales web through /scale; the controller manager rewrites the Secret's password.
-        kubectl(
-            a.kubeconfig,
-            "patch",
-            "deployment",
-            "web",
-            "-n",
-            ns,
-            "--subresource=scale",
-            "--type=merge",
-            "--field-manager=kube-controller-manager",
-            "-p",
-            json.dumps({"spec": {"replicas": 5}}),
-        )
+        scale_as_hpa(a.kubeconfig, ns, 5)
         kubectl(
             a.kubeconfig,
             "patch",

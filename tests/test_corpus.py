@@ -38,7 +38,7 @@ from agent.model import ClusterResult, ObjectKey, Outcome
 from agent.render.binaries import tool
 from tests.agentkit import E2E, Repo, make_repo
 from tests.appkit import AppsAgent, counting, write_apps_config
-from tests.test_yaml_oracle import kubernetes_reads
+from tests.yamlkit import kubernetes_reads
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,6 @@ document its charts and kustomizations render; a document the oracle refuses, th
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import subprocess
@@ -19,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from agent.render.binaries import go_tool, tool
+from agent.render.binaries import tool
 from agent.render.manifests import Origin, objects_of, parse_yaml
+from tests.yamlkit import kubernetes_reads
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -67,21 +67,6 @@ DOCUMENTS = {
     "an explicit !!str in a flow mapping": "a: {b: !!str 2}\n",
     "a date key": "2024-01-01: a\n",
 }
-
-
-def oracle() -> Path:
-    found = go_tool("yamljson")
-    if found is None:
-        pytest.fail(
-            "the YAML oracle is not built: run scripts/bootstrap (or scripts/install-go-tools yamljson)"
-        )
-    return found
-
-
-def kubernetes_reads(text: str) -> list[dict[str, Any]]:
-    """The oracle's verdict per document: ``{"doc": value}`` or ``{"error": why}``."""
-    out = subprocess.run([str(oracle())], input=text.encode(), capture_output=True, timeout=120, check=True)
-    return [json.loads(line) for line in out.stdout.decode().splitlines()]
 
 
 def same(a: Any, b: Any) -> bool:

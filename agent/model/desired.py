@@ -1,0 +1,114 @@
+"""What Git declares: ``Revision`` (source), ``DesiredSet`` of ``DesiredObject`` (render).
+
+With where each object came from (``Provenance``) and why an encrypted file did not
+decrypt (``DecryptFault``).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from agent.model.keys import Manifest, ObjectKey
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a desired object came from: repository-relative file, document index (from 0), line."""
+
+    file: str
+    document: int = 0
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f":{self.line}" if self.line is not None else f" (document {self.document + 1})"
+        return self.file + where  # never file#N: users read a line number in it
+
+
+@dataclass(frozen=True, eq=False)
+class DesiredObject:
+    """One object Git declares for a cluster, with where it was declared.
+
+    ``manifest`` is never edited once the object exists (``reconcile.prepare`` builds new
+    objects from copies), so its key is computed once: a pass looks it up ~10 times per object.
+    """
+
+    manifest: Manifest
+    provenance: Provenance
+
+    @functools.cached_property
+    def key(self) -> ObjectKey:
+        return ObjectKey.of(self.manifest)
+
+    @property
+    def api_version(self) -> str:
+        return str(self.manifest.get("apiVersion", ""))
+
+
+class DecryptFault(enum.StrEnum):
+    """Why an encrypted (SOPS) file did not decrypt: read by tests and reports, never parsed from text."""
+
+    #: The file is encrypted and the app has no decryption keys configured.
+    NO_KEYS = "no-keys"
+    #: None of the app's age identities opens the file's data key (sops exit 128).
+    NO_MATCHING_KEY = "no-matching-key"
+    #: The file changed after it was encrypted: its MAC does not match (sops exit 51, 24).
+    MAC_MISMATCH = "mac-mismatch"
+    #: An encrypted value does not authenticate: it was altered (sops exit 25).
+    TAMPERED = "tampered"
+    #: Not a file sops can read (no MAC, broken metadata, mixed documents...).
+    MALFORMED = "malformed"
+    #: Rendered output carries ciphertext that no encrypted file of the repository explains.
+    UNRESOLVED = "unresolved"
+    #: The pinned sops could not run (missing, timed out, output over the limit).
+    TOOL = "tool"
+    #: The file names key services other than age (KMS, Vault, PGP...): a render reaches none.
+    KEY_SERVICE = "key-service"
+
+
+@dataclass(frozen=True)
+class EncryptedSource:
+    """A SOPS-encrypted repository file a render read, and the age recipients it is encrypted to."""
+
+    file: str
+    recipients: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class DesiredSet:
+    """A cluster's complete render. Only a render without error produces one."""
+
+    cluster: str
+    revision: str
+    objects: tuple[DesiredObject, ...]
+    #: The SOPS-encrypted files the objects came from (``diff --offline`` checks their recipients).
+    encrypted: tuple[EncryptedSource, ...] = ()
+    #: Rendered without decrypting (``diff --offline``): encrypted values are ciphertext, so
+    #: this set is for reports only and ``prepare`` refuses to send it anywhere.
+    sealed: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.objects
+
+    def keys(self) -> set[ObjectKey]:
+        return {o.key for o in self.objects}
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A commit the source resolved and checked out; ``tree`` is read-only for later stages."""
+
+    sha: str
+    ref: str
+    tree: Path
+    author: str = ""
+    date: datetime | None = None
+    subject: str = ""
+
+    @property
+    def short(self) -> str:
+        return self.sha[:12]

@@ -1,5 +1,5 @@
 """The ``[agent]`` keys of the HTTP listeners (``allowed_hosts``, deadlines, caps); called by
-``load._agent``. Defaults live in ``types.AgentSettings``."""
+``agent_settings``. Defaults and bounds live on ``types.AgentSettings``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from agent.config.types import AgentSettings
 _HOST = re.compile(
     r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?"
 )
+LISTENER_KEYS = ("allowed_hosts", "header_timeout", "body_timeout", "max_connections", "http_threads")
 
 
 def listener_keys(r: TableReader, d: AgentSettings) -> dict[str, Any]:
@@ -20,15 +21,7 @@ def listener_keys(r: TableReader, d: AgentSettings) -> dict[str, Any]:
     for h in hosts or ():
         if not _HOST.fullmatch(h.lower()) and not re.fullmatch(r"[0-9a-fA-F:.]+", h):
             raise r.error("allowed_hosts", f"must be host names (no port, scheme or wildcard), got {h!r}")
-    ints: dict[str, int] = {}
-    for name in ("max_connections", "http_threads"):
-        v = r.get(name, int, getattr(d, name))
-        if v < 1:
-            raise r.error(name, f"must be at least 1, got {v}")
-        ints[name] = v
     return {
         "allowed_hosts": tuple(h.lower().rstrip(".") for h in hosts or ()),
-        "header_timeout": r.duration("header_timeout", d.header_timeout, minimum=0.1),
-        "body_timeout": r.duration("body_timeout", d.body_timeout, minimum=0.1),
-        **ints,
+        **{name: r.setting(AgentSettings, name, getattr(d, name)) for name in LISTENER_KEYS[1:]},
     }

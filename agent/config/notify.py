@@ -10,7 +10,7 @@ a ``ConfigError`` naming the key (exit 2), not a surprise at the first alert.
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import fields
 from urllib.parse import urlsplit
 
 from agent.config.tomlreader import TableReader, parse_duration
@@ -24,15 +24,9 @@ from agent.config.types import (
     NotificationConfig,
     ReceiverSettings,
     SecretRef,
-    Severity,
     SinkKind,
-    choices,
 )
 from agent.errors import ConfigError
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_REASON = re.compile(r"^[A-Z][A-Za-z]*$")
-_LISTEN = re.compile(r"[^\s:]*:\d{1,5}")
 
 
 def http_url(r: TableReader, name: str, value: str) -> str:
@@ -69,17 +63,16 @@ def _globs(r: TableReader, name: str, default: tuple[str, ...]) -> tuple[str, ..
     return value
 
 
+#: Keys read as ``NotificationConfig`` declares them, with no check across keys.
+_DECLARED = ("severity", "reasons", "timeout", "retries", "retry_backoff", "queue_size")
+
+
 def _notification(r: TableReader, seen: dict[str, str]) -> NotificationConfig:
-    name = r.get("name", str, required=True)
-    if not _DNS_LABEL.match(name):
-        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+    name = r.setting(NotificationConfig, "name", required=True)
     if name in seen:
         raise r.error("name", f"duplicate notification {name!r} (also {seen[name]})")
     seen[name] = r.path
-    raw_kind = r.get("kind", str, required=True)
-    if raw_kind not in choices(SinkKind):
-        raise r.error("kind", f"must be one of {', '.join(choices(SinkKind))}; got {raw_kind!r}")
-    kind = SinkKind(raw_kind)
+    kind: SinkKind = r.setting(NotificationConfig, "kind", required=True)
     d = NotificationConfig(name, kind)
     url = _secret(r, "url", plain=True)
     token = _secret(r, "token")
@@ -107,21 +100,6 @@ def _notification(r: TableReader, seen: dict[str, str]) -> NotificationConfig:
             raise r.error(
                 "repository", f"must be owner/name (GitLab: group/project or an id), got {repository!r}"
             )
-    severity = r.get("severity", str, d.severity)
-    if severity not in choices(Severity):
-        raise r.error("severity", f"must be one of {', '.join(choices(Severity))}; got {severity!r}")
-    reasons = r.string_list("reasons") or ()
-    for i, reason in enumerate(reasons):
-        if not _REASON.match(reason):
-            raise ConfigError(
-                f"{r.key('reasons')}[{i}]", f"not a reason (CamelCase): {reason!r}", file=r.file
-            )
-    retries = r.get("retries", int, d.retries)
-    if not 0 <= retries <= 10:
-        raise r.error("retries", f"must be 0 to 10, got {retries}")
-    queue_size = r.get("queue_size", int, d.queue_size)
-    if queue_size < 1:
-        raise r.error("queue_size", f"must be at least 1, got {queue_size}")
     cfg = NotificationConfig(
         name=name,
         kind=kind,
@@ -132,12 +110,7 @@ def _notification(r: TableReader, seen: dict[str, str]) -> NotificationConfig:
         repository=repository,
         clusters=_globs(r, "clusters", d.clusters),
         apps=_globs(r, "apps", d.apps),
-        severity=Severity(severity),
-        reasons=reasons,
-        timeout=r.duration("timeout", d.timeout),
-        retries=retries,
-        retry_backoff=r.duration("retry_backoff", d.retry_backoff),
-        queue_size=queue_size,
+        **{k: r.setting(NotificationConfig, k, getattr(d, k)) for k in _DECLARED},
         timestamped=timestamped,
     )
     r.finish()
@@ -157,9 +130,7 @@ def alerts(top: TableReader) -> AlertSettings:
     if r is None:
         return ALERT_DEFAULTS
     d = ALERT_DEFAULTS
-    after_failures = r.get("after_failures", int, d.after_failures)
-    if after_failures < 1:
-        raise r.error("after_failures", f"must be at least 1, got {after_failures}")
+    after_failures = r.setting(AlertSettings, "after_failures", d.after_failures)
     remind = d.remind
     if (raw := r.string_list("remind")) is not None:
         steps = []
@@ -175,7 +146,7 @@ def alerts(top: TableReader) -> AlertSettings:
             steps.append(seconds)
         remind = tuple(steps)
     cfg = AlertSettings(
-        after_failures=after_failures, after=r.duration("after", d.after, minimum=0.0), remind=remind
+        after_failures=after_failures, after=r.setting(AlertSettings, "after", d.after), remind=remind
     )
     r.finish()
     return cfg
@@ -186,41 +157,29 @@ def receiver(top: TableReader, agent_listen: str) -> ReceiverSettings:
     if r is None:
         return RECEIVER_DEFAULTS
     d = RECEIVER_DEFAULTS
-    listen = r.get("listen", str, d.listen)
-    if listen and not _LISTEN.fullmatch(listen):
-        raise r.error("listen", f"must be host:port (or empty to disable), got {listen!r}")
+    listen = r.setting(ReceiverSettings, "listen", d.listen)
     if listen and listen.rpartition(":")[2] == agent_listen.rpartition(":")[2] and agent_listen:
         raise r.error(
             "listen", f"must not share a port with [agent] listen ({agent_listen}): it faces the Git host"
         )
-    ints: dict[str, int] = {}
-    for name in ("max_body_bytes", "rate_limit", "burst", "max_in_flight"):
-        v = r.get(name, int, getattr(d, name))
-        if v < 1:
-            raise r.error(name, f"must be at least 1, got {v}")
-        ints[name] = v
     cfg = ReceiverSettings(
         listen=listen,
-        read_timeout=r.duration("read_timeout", d.read_timeout),
-        replay_window=r.duration("replay_window", d.replay_window, minimum=1.0),
-        timestamp_tolerance=r.duration("timestamp_tolerance", d.timestamp_tolerance, minimum=1.0),
-        **ints,
+        **{
+            f.name: r.setting(ReceiverSettings, f.name, getattr(d, f.name))
+            for f in fields(d)
+            if f.name != "listen"
+        },
     )
     r.finish()
     return cfg
 
 
 def _hook(r: TableReader, sources: tuple[NamedSource, ...], seen: dict[str, str]) -> HookConfig:
-    name = r.get("name", str, required=True)
-    if not _DNS_LABEL.match(name):
-        raise r.error("name", f"must be a DNS label (lowercase letters, digits, '-'), got {name!r}")
+    name = r.setting(HookConfig, "name", required=True)
     if name in seen:
         raise r.error("name", f"duplicate receiver {name!r} (also {seen[name]})")
     seen[name] = r.path
-    raw_kind = r.get("kind", str, required=True)
-    if raw_kind not in choices(HookKind):
-        raise r.error("kind", f"must be one of {', '.join(choices(HookKind))}; got {raw_kind!r}")
-    kind = HookKind(raw_kind)
+    kind: HookKind = r.setting(HookConfig, "kind", required=True)
     d = HookConfig(name, kind)
     secret = _secret(r, "secret")
     if not secret:
@@ -238,12 +197,7 @@ def _hook(r: TableReader, sources: tuple[NamedSource, ...], seen: dict[str, str]
     allow_sha1 = r.get("allow_sha1", bool, d.allow_sha1)
     if allow_sha1 and kind is not HookKind.GITHUB:
         raise r.error("allow_sha1", "only GitHub hooks have SHA-1 signatures")
-    ints: dict[str, Any] = {}
-    for key in ("rate_limit", "burst"):
-        v = r.get(key, int, getattr(d, key))
-        if v < 1:
-            raise r.error(key, f"must be at least 1, got {v}")
-        ints[key] = v
+    limits = {k: r.setting(HookConfig, k, getattr(d, k)) for k in ("rate_limit", "burst")}
     cfg = HookConfig(
         name=name,
         kind=kind,
@@ -251,7 +205,7 @@ def _hook(r: TableReader, sources: tuple[NamedSource, ...], seen: dict[str, str]
         previous_secret=previous,
         sources=wanted,
         allow_sha1=allow_sha1,
-        **ints,
+        **limits,
     )
     r.finish()
     return cfg

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from agent.config.constraints import Bound, Choice, Duration, Parsed, Pattern, Size, declared
 from agent.errors import ConfigError
 
 #: A key TOML writes bare; any other (``""``, ``"a.b"``) is shown quoted, as it is written.
@@ -139,6 +140,35 @@ class TableReader:
         if size < minimum:
             raise self.error(name, f"must be at least {minimum >> 20}Mi, got {value!r}")
         return size
+
+    def setting(self, owner: type, name: str, default: Any = None, *, required: bool = False) -> Any:
+        """Key ``name`` read as ``owner``'s field of that name declares it: its type and what it
+        accepts (``agent.config.constraints``); ``default`` when the table does not set it."""
+        d = declared(owner, name)
+        a = d.accepts
+        if isinstance(a, Duration):
+            return self.duration(name, default, minimum=a.low)
+        if isinstance(a, Size):
+            return self.size(name, default, minimum=a.low)
+        if d.kind is tuple:
+            items = self.string_list(name)
+            if items is None:
+                return default
+            for i, item in enumerate(items):
+                if isinstance(a, Pattern) and (problem := a.refusal(item)) is not None:
+                    raise self.error(f"{name}[{i}]", problem)
+            return items
+        value = self.get(name, (float, int) if d.kind is float else d.kind, required=required)
+        if value is None:
+            return default
+        if d.enum is not None and isinstance(a, Choice):
+            value = value.lower() if a.fold_case else value
+            if (problem := a.refusal(d.enum, value)) is not None:
+                raise self.error(name, problem)
+            return d.enum(value)
+        if isinstance(a, Bound | Pattern | Parsed) and (problem := a.refusal(value)) is not None:
+            raise self.error(name, problem)
+        return float(value) if d.kind is float else value
 
     def string_list(self, name: str) -> tuple[str, ...] | None:
         value = self.get(name, list)

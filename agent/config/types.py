@@ -10,13 +10,46 @@ the stages' option dataclasses against these defaults (tests/test_config_default
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from agent.config.constraints import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    EITHER,
+    LABEL,
+    LISTEN,
+    NAMESPACE,
+    VAR_NAME,
+    Bound,
+    Choice,
+    Duration,
+    Parsed,
+    Pattern,
+    Size,
+    accepts,
+    declare,
+)
+from agent.config.constraints import choices as choices
 from agent.config.health_checks import HealthCheck, Wait
+from agent.config.notify_types import ALERT_DEFAULTS as ALERT_DEFAULTS
+from agent.config.notify_types import RECEIVER_DEFAULTS as RECEIVER_DEFAULTS
+from agent.config.notify_types import STATUS_SINKS as STATUS_SINKS
+from agent.config.notify_types import AlertSettings as AlertSettings
+from agent.config.notify_types import HookConfig as HookConfig
+from agent.config.notify_types import HookKind as HookKind
+from agent.config.notify_types import NotificationConfig as NotificationConfig
+from agent.config.notify_types import ReceiverSettings as ReceiverSettings
+from agent.config.notify_types import SecretRef as SecretRef
+from agent.config.notify_types import Severity as Severity
+from agent.config.notify_types import SinkKind as SinkKind
 from agent.errors import ConfigError
+from agent.model import parse_release
 
 
 class Adopt(StrEnum):
@@ -57,9 +90,12 @@ class LogLevel(StrEnum):
     ERROR = "error"
 
 
-def choices(kind: type[StrEnum]) -> list[str]:
-    """The spellings a setting accepts: for the loader's checks and the CLI's ``click.Choice``."""
-    return [m.value for m in kind]
+#: Shapes the loader checks strings against (the shared ones are ``constraints``').
+_SERVICE_ACCOUNT = re.compile(
+    r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$"
+)
+_AGE_RECIPIENT = re.compile(r"^age1[02-9ac-hj-np-z]{58}$")
+_GLOB = Pattern(re.compile(r"\s*\S"), "must not be empty", optional=False)
 
 
 #: The branch followed when ``[source]`` names no branch, tag or commit.
@@ -100,40 +136,44 @@ SHARED_RECORDS_TTL: Final = 3.0
 @dataclass(frozen=True)
 class AgentSettings:
     #: Field manager and ApplySet parent name; one inventory per (name, cluster).
-    name: str = "gitops-agent"
+    name: str = declare(
+        "gitops-agent", Pattern(DNS_LABEL, "must be a DNS label, got {value!r}", optional=False)
+    )
     #: Namespace that holds the ApplySet parents (one per cluster, in that cluster).
-    namespace: str = "gitops-agent"
+    namespace: str = declare("gitops-agent", Pattern(DNS_LABEL, NAMESPACE.message, optional=False))
     #: Where Git clones, checkouts and render caches live.
     cache_dir: str = "~/.cache/gitops-agent/work"
-    log_format: LogFormat = LogFormat.CONSOLE
-    log_level: LogLevel = LogLevel.INFO
+    log_format: LogFormat = declare(LogFormat.CONSOLE, Choice(EITHER))
+    log_level: LogLevel = declare(LogLevel.INFO, Choice(EITHER, fold_case=True))
     #: host:port of the health/metrics/status HTTP server of `run` (empty disables it).
-    listen: str = "127.0.0.1:8080"
+    listen: str = declare(
+        "127.0.0.1:8080", Pattern(LISTEN, "must be host:port (or empty to disable), got {value!r}")
+    )
     #: File holding the status page's token: required to read the page on any address but
     #: loopback (without one the page is off there; the probes and /metrics stay open).
     ui_token_file: str = ""
     #: Kubernetes Leases shard clusters across replicas: "auto" (on in a Pod or with a
     #: management kubeconfig), "on" or "off".
-    leases: Leases = Leases.AUTO
+    leases: Leases = declare(Leases.AUTO, Choice(EITHER))
     #: The cluster that holds the Leases ("" in a Pod: the cluster the Pod runs in).
     management_kubeconfig: str = ""
     management_context: str = ""
     #: Namespace of the Leases ("": the Pod's namespace, else `namespace`).
-    lease_namespace: str = ""
+    lease_namespace: str = declare("", NAMESPACE)
     #: This replica's Lease holder identity ("": $POD_NAME or host name, pid and a random suffix).
     replica_id: str = ""
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    lease_duration: float = declare(15.0, Duration(1.0))
+    renew_deadline: float = declare(10.0, Duration())
+    retry_period: float = declare(2.0, Duration())
     #: On SIGTERM: how long running passes may finish before they are abandoned.
-    shutdown_grace: float = 30.0
+    shutdown_grace: float = declare(30.0, Duration(0.0))
     #: /healthz fails when the scheduler has not ticked for this long.
-    stuck_after: float = 120.0
+    stuck_after: float = declare(120.0, Duration(1.0))
     #: Per-app backoff after failures: base doubles per consecutive failure, up to cap.
-    backoff_base: float = 10.0
-    backoff_cap: float = 600.0
+    backoff_base: float = declare(10.0, Duration())
+    backoff_cap: float = declare(600.0, Duration())
     #: How often the config file is checked for changes (0 disables reloading).
-    reload_interval: float = 5.0
+    reload_interval: float = declare(5.0, Duration(0.0))
     #: Where people reach this agent's HTTP server (``https://gitops.example.com``): the links in
     #: notifications and commit statuses, and the status page's deep links ("": no links).
     public_url: str = ""
@@ -143,13 +183,13 @@ class AgentSettings:
     #: Both listeners: seconds a client has, in total, to send a request's headers (from the
     #: connection's opening or its previous answer), and then its body; past either the
     #: connection is closed (the receiver's body deadline is ``[receiver] read_timeout``).
-    header_timeout: float = 10.0
-    body_timeout: float = 10.0
+    header_timeout: float = declare(10.0, Duration(0.1))
+    body_timeout: float = declare(10.0, Duration(0.1))
     #: Both listeners: open connections at most (more wait to be accepted), and worker threads.
-    max_connections: int = 100
-    http_threads: int = 4
+    max_connections: int = declare(100, AT_LEAST_1)
+    http_threads: int = declare(4, AT_LEAST_1)
     #: ``POST /sync``: seconds between two forced passes of one app (sooner: 429).
-    sync_interval: float = 10.0
+    sync_interval: float = declare(10.0, Duration(0.0))
 
 
 @dataclass(frozen=True)
@@ -176,12 +216,14 @@ class SourceConfig:
     url: str
     branch: str = ""
     tag: str = ""
-    commit: str = ""
-    poll_interval: float = 60.0
-    timeout: float = 60.0
+    commit: str = declare(
+        "", Pattern(re.compile(r"[0-9a-f]{7,40}\Z"), "must be a hexadecimal commit SHA, got {value!r}")
+    )
+    poll_interval: float = declare(60.0, Duration(1.0))
+    timeout: float = declare(60.0, Duration())
     shallow: bool = False
     #: Checkouts kept besides the current one (garbage collection).
-    keep_checkouts: int = 3
+    keep_checkouts: int = declare(3, AT_LEAST_1)
     auth: SourceAuth = field(default_factory=SourceAuth)
     verify: SourceVerify = field(default_factory=SourceVerify)
 
@@ -214,14 +256,19 @@ class Decryption:
     #: A file of age identities (`AGE-SECRET-KEY-1…`, one a line), on the agent's machine.
     age_key_file: str = ""
     #: An environment variable holding age identities.
-    age_key_env: str = ""
+    age_key_env: str = declare("", Pattern(VAR_NAME, "not an environment variable name: {value!r}"))
     #: A Secret in the cluster the app goes to, whose keys ending in `.agekey` hold identities.
-    secret_name: str = ""
+    secret_name: str = declare("", Pattern(DNS_SUBDOMAIN, "not a valid Secret name: {value!r}"))
     #: Its namespace ("": `[agent] namespace`).
-    secret_namespace: str = ""
+    secret_namespace: str = declare("", NAMESPACE)
     #: Public keys (`age1…`) every encrypted file of the app must be encrypted to
     #: (checked by `diff --offline`, which has no private key).
-    age_recipients: tuple[str, ...] = ()
+    age_recipients: tuple[str, ...] = declare(
+        (),
+        Pattern(
+            _AGE_RECIPIENT, "not an age public key (age1 and 58 bech32 characters): {value!r}", optional=False
+        ),
+    )
 
     @property
     def has_keys(self) -> bool:
@@ -234,41 +281,45 @@ class ClusterSettings:
     """Everything a `[defaults]` table may set and a `[[clusters]]` entry may override."""
 
     field_manager: str = ""  # empty: the agent name
-    reconcile_interval: float = 300.0
+    reconcile_interval: float = declare(300.0, Duration())
     prune: bool = True
     allow_empty: bool = False
-    max_prune_fraction: float = 0.5
-    brake_min_inventory: int = 10
-    max_prune: int | None = None
+    max_prune_fraction: float = declare(
+        0.5, Bound(0, 1, open_low=True, message="must be in (0, 1], got {value}")
+    )
+    brake_min_inventory: int = declare(10, AT_LEAST_0)
+    max_prune: int | None = declare(None, AT_LEAST_0)
     adopt: Adopt = Adopt.IF_UNOWNED
-    default_namespace: str = "default"
+    default_namespace: str = declare("default", Pattern(DNS_LABEL, NAMESPACE.message, optional=False))
     propagation_policy: PropagationPolicy = PropagationPolicy.BACKGROUND
-    connect_timeout: float = 5.0
-    request_timeout: float = 30.0
-    pass_deadline: float = 300.0
-    concurrency: int = 8
+    connect_timeout: float = declare(5.0, Duration())
+    request_timeout: float = declare(30.0, Duration())
+    pass_deadline: float = declare(300.0, Duration())
+    concurrency: int = declare(8, AT_LEAST_1)
     exclude: tuple[str, ...] = ()
-    render_timeout: float = 60.0
+    render_timeout: float = declare(60.0, Duration())
     #: Bytes of memory (``RLIMIT_DATA``) each kustomize/helm/sops child of a render may use.
-    render_memory: int = DEFAULT_RENDER_MEMORY
+    render_memory: int = declare(DEFAULT_RENDER_MEMORY, Size(MIN_RENDER_MEMORY))
     #: Follow health after apply: every applied object (``true``), those listed, or none.
     wait: Wait = field(default_factory=Wait)
     #: Seconds a wait may last: what is still not Current then is Failed (naming why).
-    health_timeout: float = 300.0
+    health_timeout: float = declare(300.0, Duration())
     #: Seconds a Failed health must hold before it counts (shorter flaps read InProgress).
-    health_debounce: float = 30.0
+    health_debounce: float = declare(30.0, Duration(0.0))
     #: SOPS decryption keys (the `decryption` table).
     decryption: Decryption = Decryption()
     #: The Kubernetes release the cluster is to be upgraded to ("1.36"; "": none): objects using
     #: versions it removes are reported; renders without a cluster render charts for it.
-    kubernetes_version: str = ""
+    kubernetes_version: str = declare("", Parsed(parse_release))
     #: "namespace/name" of the ServiceAccount every request for the app is made as (impersonated);
     #: "" for the agent's own identity.
-    service_account: str = ""
+    service_account: str = declare(
+        "", Pattern(_SERVICE_ACCOUNT, 'must be "namespace/name" of a ServiceAccount, got {value!r}')
+    )
     #: Globs of the namespaces the app's namespaced objects may be in.
-    allowed_namespaces: tuple[str, ...] = ("*",)
+    allowed_namespaces: tuple[str, ...] = declare(("*",), _GLOB)
     #: Globs of the kinds the app may declare, spelled ``Kind`` or ``Kind.group`` (``Deployment.apps``).
-    allowed_kinds: tuple[str, ...] = ("*",)
+    allowed_kinds: tuple[str, ...] = declare(("*",), _GLOB)
     #: Whether the app may declare cluster-scoped objects (Namespaces, ClusterRoles, CRDs, ...).
     allow_cluster_scoped: bool = True
     #: ``${NAME}`` substitution (``substitutes``): ``None`` (unset) on where vars reach the app.
@@ -279,7 +330,7 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    name: str
+    name: str = field(metadata=accepts(LABEL))
     #: The entry's own `path`/`paths` (its implicit app's); () when only `[[apps]]` serve it.
     paths: tuple[str, ...]
     settings: ClusterSettings
@@ -295,8 +346,17 @@ class ConflictRule:
     """``(manager glob, operation, subresource) → force | yield``; first match wins."""
 
     manager: str
-    action: str
-    operation: str = "*"
+    action: str = field(
+        metadata=accepts(
+            Pattern(re.compile(r"(force|yield)\Z"), "must be force or yield, got {value!r}", optional=False)
+        )
+    )
+    operation: str = declare(
+        "*",
+        Pattern(
+            re.compile(r"(\*|Apply|Update)\Z"), "must be Apply, Update or *, got {value!r}", optional=False
+        ),
+    )
     subresource: str = "*"
 
     def matches(self, manager: str, operation: str, subresource: str) -> bool:
@@ -367,7 +427,7 @@ def substitutes(setting: bool | None, variables: Mapping[str, str]) -> bool:
 class NamedSource:
     """A `[[sources]]` entry; `[source]` is the one named `default`."""
 
-    name: str
+    name: str = field(metadata=accepts(LABEL))
     config: SourceConfig
 
 
@@ -381,7 +441,7 @@ class AppConfig:
     nothing on the cluster.
     """
 
-    name: str
+    name: str = field(metadata=accepts(LABEL))
     cluster: str
     paths: tuple[str, ...]
     #: Merged defaults → cluster → app (an app overrides only ``APP_SETTING_KEYS``).
@@ -399,7 +459,7 @@ class AppConfig:
     suspend: bool = False
     implicit: bool = False
     #: The app's previous name on this cluster, whose objects it takes over without re-creating.
-    renamed_from: str = ""
+    renamed_from: str = declare("", Pattern(DNS_LABEL, "must be a DNS label (an app's name), got {value!r}"))
 
 
 def implicit_app(
@@ -417,164 +477,6 @@ def implicit_app(
         helm=cluster.helm,
         implicit=True,
     )
-
-
-class SinkKind(StrEnum):
-    """Where a ``[[notifications]]`` entry sends (``kind``)."""
-
-    #: Any HTTP endpoint: Flux's event JSON, signed Flux's way (``X-Signature``).
-    WEBHOOK = "webhook"
-    #: A Slack incoming webhook.
-    SLACK = "slack"
-    #: GitHub commit statuses (``POST /repos/{owner}/{repo}/statuses/{sha}``).
-    GITHUB = "github"
-    #: GitLab commit statuses (``POST /api/v4/projects/{id}/statuses/{sha}``).
-    GITLAB = "gitlab"
-
-
-#: Sinks that receive commit statuses; the others receive alerts.
-STATUS_SINKS: Final = frozenset({SinkKind.GITHUB, SinkKind.GITLAB})
-
-
-class Severity(StrEnum):
-    """An alert's severity (Flux's two): ``error`` while failing, ``info`` when resolved."""
-
-    INFO = "info"
-    ERROR = "error"
-
-
-class HookKind(StrEnum):
-    """Which Git host's webhook a ``[[receivers]]`` entry verifies (``kind``)."""
-
-    #: ``X-Hub-Signature-256`` (HMAC-SHA256 of the body), ``X-GitHub-Delivery``, ``X-GitHub-Event``.
-    GITHUB = "github"
-    #: ``X-Gitlab-Token`` (compared in constant time), ``X-Gitlab-Event-UUID``, ``X-Gitlab-Event``.
-    GITLAB = "gitlab"
-    #: ``X-Gitops-Signature`` (HMAC-SHA256 of timestamp and body), ``X-Gitops-Timestamp``,
-    #: ``X-Gitops-Delivery``: the same scheme the webhook sink signs with.
-    GENERIC = "generic"
-
-
-@dataclass(frozen=True)
-class SecretRef:
-    """A secret named by the config: read from a file or an environment variable, never written there.
-
-    ``value`` is the only thing that does not belong in the config; readers load it
-    (``agent.notify.secrets``) and mask it wherever text leaves the agent.
-    """
-
-    file: str = ""
-    env: str = ""
-    #: A value that is not secret (a ``url`` written in the config), still masked when shown.
-    value: str = ""
-
-    def __bool__(self) -> bool:
-        return bool(self.file or self.env or self.value)
-
-    @property
-    def where(self) -> str:
-        """Where it comes from, for error messages (never the value)."""
-        if self.file:
-            return f"file {self.file}"
-        if self.env:
-            return f"environment variable {self.env}"
-        return "the config"
-
-
-@dataclass(frozen=True)
-class NotificationConfig:
-    """One ``[[notifications]]`` entry: a sink and the filter of what it is sent."""
-
-    name: str
-    kind: SinkKind
-    #: The address (webhook, Slack: a Slack webhook URL carries its token, so it is a secret).
-    url: SecretRef = field(default_factory=SecretRef)
-    #: GitHub/GitLab API token.
-    token: SecretRef = field(default_factory=SecretRef)
-    #: Webhook: the HMAC key of ``X-Signature`` (none: unsigned).
-    secret: SecretRef = field(default_factory=SecretRef)
-    #: GitHub/GitLab API root ("": ``https://api.github.com``, ``https://gitlab.com``).
-    api_url: str = ""
-    #: GitHub ``owner/repo``, GitLab project path or id ("": from the app's source URL).
-    repository: str = ""
-    #: Globs of the clusters and apps it hears about.
-    clusters: tuple[str, ...] = ("*",)
-    apps: tuple[str, ...] = ("*",)
-    #: The least severity sent: ``info`` (alerts and their resolution) or ``error`` (alerts only).
-    severity: Severity = Severity.INFO
-    #: Only these reasons (``ReconcileFailed``, ``HealthFailed``, ...); empty: every reason.
-    reasons: tuple[str, ...] = ()
-    #: Seconds one attempt may take (connect and answer).
-    timeout: float = 10.0
-    #: Attempts after the first one fails (connection error, timeout, 429, 5xx).
-    retries: int = 3
-    #: Seconds before the first retry; doubles per retry.
-    retry_backoff: float = 1.0
-    #: Messages waiting for this sink at most; when full, the oldest is dropped (and counted).
-    queue_size: int = 100
-    #: Webhook: also sign timestamp and body (``X-Gitops-Timestamp``, ``X-Gitops-Signature``),
-    #: for receivers that refuse replays.
-    timestamped: bool = False
-
-    def wants(self, cluster: str, app: str) -> bool:
-        return any(fnmatch.fnmatchcase(cluster, g) for g in self.clusters) and any(
-            fnmatch.fnmatchcase(app, g) for g in self.apps
-        )
-
-
-@dataclass(frozen=True)
-class AlertSettings:
-    """``[alerts]``: when a failing condition is announced, reminded of, and resolved."""
-
-    #: A failing pass alerts after this many consecutive failed passes of the app...
-    after_failures: int = 3
-    #: ...or once it has failed for this many seconds (0: only the count).
-    after: float = 0.0
-    #: Seconds between reminders while it keeps failing; the last one repeats (empty: none).
-    remind: tuple[float, ...] = (300.0, 1800.0, 7200.0)
-
-
-@dataclass(frozen=True)
-class ReceiverSettings:
-    """``[receiver]``: the listener Git hosts send push webhooks to (apart from ``[agent] listen``)."""
-
-    #: host:port ("": no receiver).
-    listen: str = ""
-    #: Larger bodies are refused (413) from their ``Content-Length``, before they are read.
-    max_body_bytes: int = 1_048_576
-    #: All hooks together: requests per minute, and how many may come at once.
-    rate_limit: int = 600
-    burst: int = 100
-    #: Requests handled at once; more are answered 503.
-    max_in_flight: int = 16
-    #: Seconds a client may take to send its request.
-    read_timeout: float = 10.0
-    #: How long a delivery id is remembered: the same id again is a replay (409).
-    replay_window: float = 86400.0
-    #: Generic hooks: how far ``X-Gitops-Timestamp`` may be from now.
-    timestamp_tolerance: float = 300.0
-
-
-@dataclass(frozen=True)
-class HookConfig:
-    """One ``[[receivers]]`` entry: ``POST /hook/<name>`` from one Git host."""
-
-    name: str
-    kind: HookKind
-    secret: SecretRef = field(default_factory=SecretRef)
-    #: Also accepted while secrets are rotated.
-    previous_secret: SecretRef = field(default_factory=SecretRef)
-    #: The sources a push may concern (empty: every source).
-    sources: tuple[str, ...] = ()
-    #: GitHub: accept ``X-Hub-Signature`` (HMAC-SHA1) when no SHA-256 signature came.
-    allow_sha1: bool = False
-    #: This hook's requests per minute and burst (over it: 429).
-    rate_limit: int = 60
-    burst: int = 20
-
-
-ALERT_DEFAULTS: Final = AlertSettings()
-RECEIVER_DEFAULTS: Final = ReceiverSettings()
 
 
 #: The defaults as values, for whatever takes a setting's default without a config at hand

@@ -1,11 +1,15 @@
-"""Each default and enum has one home, ``agent.config.types``, and the stages take theirs from it.
+"""Each default and enum has one home, ``agent.config``, and the stages take theirs from it.
 
 Copies drift: ``ApplyOptions.concurrency`` once said 4 where ``[defaults] concurrency`` said 8
-(commit 59f4617). So the stages' option dataclasses and the module constants below hold no
-literal default, only references into ``agent.config.types``, and each equals the setting it
-stands for. The enums' spellings are the ones the loader accepts and the CLI offers, and the
-Git source is built from a config in one place. ``tests/test_docs.py`` holds the other half:
-docs/configuration.md and config.example.toml against these types.
+(commit 59f4617). So no module of ``agent/`` outside ``agent/config`` holds a literal default of
+a setting: the test finds the subjects itself, by walking every module, so a new option lands
+under it without anyone listing it. A subject is a field of an option dataclass (a dataclass
+named ``*Options`` or ``*Settings``), any dataclass field named like a config key (``timeout``),
+or a module constant named like a key of a number (``BACKOFF_CAP``). Each holds a reference into
+``agent.config.types`` that equals the setting it stands for. The enums' spellings are the ones
+the loader accepts and the CLI offers, and the Git source is built from a config in one place.
+``tests/test_docs.py`` holds the other half: docs/configuration.md and config.example.toml
+against these types.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
-import importlib.util
 import math
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -29,17 +33,33 @@ from agent.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 TYPES = "agent.config.types"
+#: The home of settings, whose literals are the defaults.
+HOME = ROOT / "agent" / "config"
 
-#: Where defaults live outside the config types: option dataclasses and module constants.
-SUBJECTS = {
-    "agent.apply.ssa": ("ApplyOptions",),
-    "agent.apply.prune": ("PruneOptions",),
-    "agent.plan.planner": ("PlanOptions",),
-    "agent.run.lease_settings": ("LeaseSettings",),
-    "agent.run.scheduler": ("DaemonOptions",),
-    "agent.run.fleet": ("BACKOFF_BASE", "BACKOFF_CAP"),
-    "agent.run.server": ("STUCK_AFTER",),
+#: The config's tables; a field or constant named like one of their keys that holds a value
+#: (a number, a word, an enum member: not a table, list or flag) stands for that setting.
+TABLES = (
+    types.AgentSettings,
+    types.ClusterSettings,
+    types.SourceConfig,
+    types.Decryption,
+    types.NotificationConfig,
+    types.AlertSettings,
+    types.ReceiverSettings,
+    types.HookConfig,
+)
+
+
+def _holds_a_value(default: Any) -> bool:
+    return (isinstance(default, int | float | str) and not isinstance(default, bool)) and default != ""
+
+
+CONFIG_KEYS = {f.name for table in TABLES for f in dataclasses.fields(table) if _holds_a_value(f.default)}
+#: Keys of numbers: a module constant named like one stands for it (``LEASES`` is an API path).
+NUMBER_KEYS = {
+    f.name for table in TABLES for f in dataclasses.fields(table) if type(f.default) in (int, float)
 }
+
 
 #: Defaults that are not settings: a mode of the call or "not given". Only None, True or False.
 NOT_SETTINGS = {
@@ -63,114 +83,163 @@ NOT_SETTINGS = {
 
 
 def settings() -> dict[str, Any]:
-    """Each default outside the config types → the config default it stands for."""
+    """Defaults outside the config types whose name is not the setting's → the setting's default.
+
+    A default spelled ``CLUSTER_DEFAULTS.concurrency`` on a field ``concurrency`` says itself
+    what it stands for and needs no line here.
+    """
     a, c = types.AgentSettings(), types.ClusterSettings()
     return {
-        "ApplyOptions.concurrency": c.concurrency,
         "ApplyOptions.crd_wait": types.CRD_WAIT,
         "ApplyOptions.conflict_retries": types.CONFLICT_RETRIES,
         "PruneOptions.enabled": c.prune,
-        "PruneOptions.allow_empty": c.allow_empty,
-        "PruneOptions.max_prune_fraction": c.max_prune_fraction,
-        "PruneOptions.brake_min_inventory": c.brake_min_inventory,
-        "PruneOptions.max_prune": c.max_prune,
         "PruneOptions.propagation": c.propagation_policy,
-        "PlanOptions.adopt": c.adopt,
-        "LeaseSettings.namespace": a.namespace,
         "LeaseSettings.identity": a.replica_id,
         "LeaseSettings.duration": math.ceil(a.lease_duration),
-        "LeaseSettings.renew_deadline": a.renew_deadline,
-        "LeaseSettings.retry_period": a.retry_period,
         "LeaseSettings.kubeconfig": a.management_kubeconfig,
         "LeaseSettings.context": a.management_context,
         "DaemonOptions.tick": types.SCHEDULER_TICK,
-        "DaemonOptions.stuck_after": a.stuck_after,
         "DaemonOptions.grace": a.shutdown_grace,
-        "DaemonOptions.backoff_base": a.backoff_base,
-        "DaemonOptions.backoff_cap": a.backoff_cap,
         "DaemonOptions.jitter": types.SCHEDULE_JITTER,
-        "DaemonOptions.reload_interval": a.reload_interval,
-        "BACKOFF_BASE": a.backoff_base,
-        "BACKOFF_CAP": a.backoff_cap,
-        "STUCK_AFTER": a.stuck_after,
+        "RenderSpec.timeout": c.render_timeout,
     }
 
 
-def source_of(module: str) -> tuple[Path, ast.Module]:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None, module
-    path = Path(spec.origin)
-    return path, ast.parse(path.read_text(), filename=str(path))
+@dataclasses.dataclass(frozen=True)
+class Default:
+    """One default found in ``agent/``: ``Class.field`` or ``CONSTANT``, as written."""
+
+    module: str
+    name: str
+    expr: ast.expr
+    where: str
+    #: Names the module imports from ``agent.config.types``.
+    imported: frozenset[str]
+    #: A field of an option dataclass (every default of one is a subject).
+    option: bool
+
+    @property
+    def attribute(self) -> str:
+        return self.name.rpartition(".")[2]
 
 
-def defaults_in(module: str) -> dict[str, ast.expr]:
-    """``Class.field`` or ``CONSTANT`` → its default as written, for the module's subjects."""
-    _, tree = source_of(module)
-    found: dict[str, ast.expr] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name in SUBJECTS[module]:
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
-                    found[f"{node.name}.{stmt.target.id}"] = stmt.value
-        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(t, ast.Name) and t.id in SUBJECTS[module]:
-                    found[t.id] = node.value
-    return found
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for d in node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if (isinstance(target, ast.Name) and target.id == "dataclass") or (
+            isinstance(target, ast.Attribute) and target.attr == "dataclass"
+        ):
+            return True
+    return False
 
 
-def names_from_types(module: str) -> set[str]:
-    """Names the module imports from ``agent.config.types``."""
-    _, tree = source_of(module)
-    return {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == TYPES
-        for alias in node.names
-    }
+def _empty(expr: ast.expr) -> bool:
+    """``None``, a boolean, ``""`` or ``()``: "not given", never a setting's value."""
+    if isinstance(expr, ast.Constant):
+        return expr.value is None or isinstance(expr.value, bool) or expr.value == ""
+    return isinstance(expr, ast.Tuple) and not expr.elts
 
 
-def test_option_dataclasses_and_module_constants_hold_no_literal_defaults() -> None:
-    wrong: list[str] = []
-    seen: set[str] = set()
-    for module in SUBJECTS:
-        path, _ = source_of(module)
-        imported = names_from_types(module)
-        for name, expr in defaults_in(module).items():
-            seen.add(name)
-            where = f"{path.relative_to(ROOT)}:{expr.lineno} {name} = {ast.unparse(expr)}"
-            if name in NOT_SETTINGS:
-                if not (isinstance(expr, ast.Constant) and expr.value in (None, True, False)):
-                    wrong.append(f"{where}: not a setting, so None, True or False only")
+def defaults() -> Iterator[Default]:
+    """Every subject in ``agent/`` outside ``agent/config``: fields of option dataclasses, and
+    dataclass fields and module constants named like a config key, that have a default."""
+    for path in sorted((ROOT / "agent").rglob("*.py")):
+        if HOME in path.parents:
+            continue
+        rel = path.relative_to(ROOT)
+        module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        imported = frozenset(
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == TYPES
+            for alias in node.names
+        )
+        for node in tree.body:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(t, ast.Name) and t.id.isupper() and t.id.lower().lstrip("_") in NUMBER_KEYS:
+                        yield Default(module, t.id, node.value, f"{rel}:{node.lineno}", imported, False)
+        for cls in ast.walk(tree):
+            if not (isinstance(cls, ast.ClassDef) and _is_dataclass(cls)):
                 continue
-            literals = [n for n in ast.walk(expr) if isinstance(n, ast.Constant)]
-            references = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} & imported
-            if literals or not references:
-                wrong.append(f"{where}: must be a reference to {TYPES}, not a literal")
-            elif name not in settings():
-                wrong.append(f"{where}: not in this test's table of settings")
-    assert not wrong, "defaults outside agent.config.types:\n" + "\n".join(wrong)
-    # The tables name real defaults (a field renamed or dropped must leave them too).
+            option = cls.name.endswith(("Options", "Settings"))
+            for stmt in cls.body:
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and stmt.value is not None
+                    and (option or stmt.target.id in CONFIG_KEYS)
+                ):
+                    yield Default(
+                        module,
+                        f"{cls.name}.{stmt.target.id}",
+                        stmt.value,
+                        f"{rel}:{stmt.lineno}",
+                        imported,
+                        option,
+                    )
+
+
+def test_the_walk_finds_the_option_dataclasses_and_the_constants_of_settings() -> None:
+    """The walk is no opt-in list, but it must see what it guards (a broken walk passes all)."""
+    found = {d.name.partition(".")[0] for d in defaults()}
+    assert {"ApplyOptions", "PruneOptions", "PlanOptions", "LeaseSettings", "DaemonOptions"} <= found
+    assert {"BACKOFF_BASE", "BACKOFF_CAP", "STUCK_AFTER"} <= found
+
+
+def test_no_default_of_a_setting_outside_agent_config_is_a_literal() -> None:
+    wrong: list[str] = []
+    for d in defaults():
+        shown = f"{d.where} {d.name} = {ast.unparse(d.expr)}"
+        if d.name in NOT_SETTINGS:
+            if not (isinstance(d.expr, ast.Constant) and d.expr.value in (None, True, False)):
+                wrong.append(f"{shown}: not a setting, so None, True or False only")
+            continue
+        if not d.option and _empty(d.expr):
+            continue  # a field named like a key but "not given" (a report's kubernetes_version = "")
+        literals = [n for n in ast.walk(d.expr) if isinstance(n, ast.Constant)]
+        references = {n.id for n in ast.walk(d.expr) if isinstance(n, ast.Name)} & d.imported
+        if literals or not references:
+            wrong.append(f"{shown}: must be a reference to {TYPES}, not a literal")
+        elif d.name not in settings() and d.attribute.lower() not in _attributes(d.expr):
+            wrong.append(f"{shown}: names another setting than its own; add it to this test's table")
+    assert not wrong, "defaults outside agent.config:\n" + "\n".join(wrong)
+    # The table names real defaults (a field renamed or dropped must leave it too).
+    seen = {d.name for d in defaults()}
     assert (set(settings()) | NOT_SETTINGS) - seen == set()
 
 
+def _attributes(expr: ast.expr) -> set[str]:
+    """The attribute names an expression reads (``CLUSTER_DEFAULTS.concurrency`` → concurrency)."""
+    return {n.attr for n in ast.walk(expr) if isinstance(n, ast.Attribute)} | {
+        n.id.lower() for n in ast.walk(expr) if isinstance(n, ast.Name)
+    }
+
+
+def _value(d: Default) -> Any:
+    owner, _, attribute = d.name.rpartition(".")
+    mod = importlib.import_module(d.module)
+    if not owner:
+        return getattr(mod, attribute)
+    field = next(f for f in dataclasses.fields(getattr(mod, owner)) if f.name == attribute)
+    return field.default
+
+
+def _standing_for(d: Default) -> Any:
+    """The setting's default ``d`` stands for: the table's, else the one it names."""
+    if d.name in settings():
+        return settings()[d.name]
+    key = d.attribute.lower()
+    return next(f.default for table in TABLES for f in dataclasses.fields(table) if f.name == key)
+
+
 def test_option_defaults_equal_the_settings_they_stand_for() -> None:
-    expected = settings()
-    for module, subjects in SUBJECTS.items():
-        mod = importlib.import_module(module)
-        for subject in subjects:
-            value = getattr(mod, subject)
-            if not dataclasses.is_dataclass(value):
-                actual = {subject: value}
-            else:
-                actual = {
-                    f"{subject}.{f.name}": f.default
-                    for f in dataclasses.fields(value)
-                    if f.default is not dataclasses.MISSING
-                }
-            for name, default in actual.items():
-                if name in expected:
-                    assert (type(default), default) == (type(expected[name]), expected[name]), name
+    for d in defaults():
+        if d.name in NOT_SETTINGS or (not d.option and _empty(d.expr)):
+            continue
+        value, expected = _value(d), _standing_for(d)
+        assert (type(value), value) == (type(expected), expected), d.name
 
 
 #: Settings spelled by an enum: (table, key, enum).

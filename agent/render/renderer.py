@@ -53,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from agent.config.types import DEFAULT_RENDER_MEMORY, HelmSettings
+from agent.config.types import CLUSTER_DEFAULTS, DEFAULT_RENDER_MEMORY, HelmSettings
 from agent.errors import LocalClusterError, RenderError, RenderProblem
 from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
@@ -93,7 +93,7 @@ class RenderSpec:
     #: The cluster's Helm chart settings, if any.
     helm: HelmSettings | None = None
     #: Seconds allowed for each kustomize/helm run; bytes of memory for each (``RLIMIT_DATA``).
-    timeout: float = 60.0
+    timeout: float = CLUSTER_DEFAULTS.render_timeout
     memory: int = DEFAULT_RENDER_MEMORY
     #: Largest stdout of one tool run, and largest total of plain files read.
     max_output_bytes: int = 64 * 1024 * 1024

@@ -50,7 +50,8 @@ class SignatureVerifier:
     """Verifies commits against the configured allowed signers / keyring."""
 
     config: SourceVerify
-    timeout: float = 30.0
+    #: Seconds a verification may take: the source's ``timeout`` (no default of its own to drift).
+    timeout: float
 
     @property
     def enabled(self) -> bool:

@@ -139,8 +139,8 @@ class ClusterPipeline(ClusterStages):
         """Render, read and decide for ``runs``; None when no due app is left to act.
 
         ``dry_run``: claim nothing. ``keep_live``: keep every live object read (reports show
-        them; the pass keeps only prune candidates). ``preview``: plan a suspended app all the
-        same, with a note (a report says what resuming it would do).
+        them; the pass keeps only prune candidates). ``preview``: plan a due suspended app all
+        the same, with a note (a report says what resuming it would do).
         """
         for run in runs.values():
             self._render(run)
@@ -270,7 +270,7 @@ class ClusterPipeline(ClusterStages):
         if not (inventory.suspended or run.app.suspend):
             return
         where = "suspend = true" if run.app.suspend else "annotation on its ApplySet parent"
-        if preview:
+        if preview and run.due:  # reported: what resuming it would do (the others weigh as in a pass)
             run.notes.append(f"the app is suspended ({where}): nothing is applied until resumed")
             return
         run.end_suspended(PruneRefusal(PruneReason.SUSPENDED, f"app {run.name!r} suspended ({where})"))

@@ -42,6 +42,19 @@ class AgentError(Exception):
         return Failure(self.failure_reason, str(self))
 
 
+class AppFailed(AgentError):
+    """An app's pass ended before it was planned (render, scope, claim, source), raised as its
+    typed failure for callers that act on that one app (``takeover``)."""
+
+    def __init__(self, failure: Failure) -> None:
+        self._failure = failure
+        self.failure_reason = failure.reason
+        super().__init__(failure.message)
+
+    def failure(self) -> Failure:
+        return self._failure
+
+
 class ConfigError(AgentError):
     """The configuration is invalid. ``path`` names the key, e.g. ``clusters[1].kubeconfig``."""
 

@@ -138,3 +138,52 @@ def test_offline_diff_groups_a_two_app_cluster_by_app_and_flags_the_object_both_
     text = CliRunner().invoke(diff, [*args, "--format", "text"]).stdout
     assert text.index("== pool-a ==") < text.index("-- app first --") < text.index("-- app second --")
     assert "app conflict: declared by app 'first' (apps/first/shared.yaml)" in text
+
+
+@pytest.mark.cluster
+def test_live_diff_of_an_object_moving_to_another_app_shows_the_handover_the_pass_makes(
+    tmp_path: Path, cluster_pool: ClusterPool, ns: str
+) -> None:
+    """The ConfigMap leaves app first and is declared by app second with another value: the
+    pass updates it in second and deletes nothing, so the diff says exactly that (a diff that
+    planned each app alone said first deletes it and second skips it)."""
+    a = cluster_pool["pool-a"]
+    repo = make_repo(
+        tmp_path,
+        {
+            "apps/first/ns.yaml": NS.format(ns=ns),
+            "apps/first/moving.yaml": CM.format(name="moving", ns=ns, value="first"),
+            "apps/second/own.yaml": CM.format(name="own", ns=ns, value="v1"),
+        },
+    )
+    cfg = write_apps_config(tmp_path, repo, a, APPS)
+    agent = AppsAgent(cfg)
+    try:
+        assert all(r.ok for r in agent.reconcile().values())
+        repo.commit(
+            {
+                "apps/first/ns.yaml": NS.format(ns=ns),
+                "apps/second/own.yaml": CM.format(name="own", ns=ns, value="v1"),
+                "apps/second/moving.yaml": CM.format(name="moving", ns=ns, value="second"),
+            }
+        )
+        result, doc = run_diff("--config", str(cfg.file))
+        assert result.exit_code == 1, result.output
+        apps = by_app(doc)
+        key = f"ConfigMap/{ns}/moving"
+        assert key not in apps["first"], apps["first"].get(key)  # not deleted by the app it leaves
+        moved = apps["second"][key]
+        assert moved["action"] == "update", moved
+        assert "second" in moved["diff"], moved["diff"]
+        assert doc["clusters"][0]["summary"]["pruned"] == 0
+        # And the pass does what the report said: the same object, updated, nothing deleted.
+        before = json.loads(kubectl(a.kubeconfig, "get", "configmap", "moving", "-n", ns, "-o", "json"))
+        results = agent.reconcile()
+        assert all(r.ok for r in results.values()), results
+        live = json.loads(kubectl(a.kubeconfig, "get", "configmap", "moving", "-n", ns, "-o", "json"))
+        assert live["data"] == {"k": "second"}
+        assert live["metadata"]["uid"] == before["metadata"]["uid"]
+        result, doc = run_diff("--config", str(cfg.file))
+        assert result.exit_code == 0, result.output
+    finally:
+        agent.close()

@@ -7,20 +7,24 @@ app's members after its pass.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from agent.apply.inventory import Inventory, InventoryStore, Member, record_uids
 from agent.config.types import AppConfig
+from agent.errors import AgentError
 from agent.model import (
     ApiFinding,
     ApplyResult,
     ClusterResult,
     DesiredObject,
     DesiredSet,
+    Failure,
     ObjectKey,
     Outcome,
+    PruneRefusal,
     Revision,
 )
 from agent.plan import masking
@@ -28,29 +32,60 @@ from agent.plan.planner import PlanOptions
 from agent.reconcile.live import LiveState
 
 
+class Phase(enum.Enum):
+    """Where an app's pass stands. It only moves forward (``AppRun.reach``); the ends are final and
+    each is set together with what the result says of it (``AppRun.end_*``)."""
+
+    NEW = 0
+    #: Its render is known (``desired_set``); an app not due stops here or at ``PREPARED``.
+    RENDERED = 1
+    #: Its inventory read and claim checked, its objects prepared and inside its scope.
+    PREPARED = 2
+    #: Verdicts made for its objects; what it may write is decided.
+    PLANNED = 3
+    #: Its changes sent (or previewed) and its prune done (or held): the pass is over for it.
+    DONE = 4
+    #: Ends before ``DONE``, each with its own words in the result.
+    FAILED = 10
+    REFUSED = 11
+    SUSPENDED = 12
+    WAITING = 13
+
+    @property
+    def ended(self) -> bool:
+        return self.value >= Phase.DONE.value
+
+
 @dataclass
 class AppRun:
-    """One app in one pass: what was rendered and read for it, and its result."""
+    """One app in one pass: what was rendered and read for it, its phase, and its result.
+
+    Fields are filled as the phases pass (``desired_set`` from ``RENDERED``; ``store``,
+    ``inventory`` and ``desired`` from ``PREPARED``; ``options`` from ``PLANNED``); ``ready`` hands
+    them over as one typed value. The result's failure, refusal and wait are written only by the
+    ``end_*`` methods, once, so an app cannot both fail and succeed, nor fail twice.
+    """
 
     app: AppConfig
     result: ClusterResult
     #: Runs in this pass (else only rendered, so that the pass knows what it declares).
     due: bool
     revision: Revision | None
+    phase: Phase = Phase.NEW
     desired_set: DesiredSet | None = None
     #: Prepared for the cluster with the app's membership label; ``None``: unknown this pass.
     desired: list[DesiredObject] | None = None
     store: InventoryStore | None = None
     inventory: Inventory | None = None
-    refused: bool = False
-    suspended: bool = False
     options: PlanOptions | None = None
     #: Its members as stored now (after this pass's writes).
     members: dict[ObjectKey, Member] = field(default_factory=dict)
-    #: Nothing more to do for it in this pass (its result is final).
-    finished: bool = False
     #: Declared objects the cluster does not serve: failed before anything is sent.
     unserved: dict[ObjectKey, ApiFinding] = field(default_factory=dict)
+    #: What a report says besides the objects (a suspended app previewed all the same).
+    notes: list[str] = field(default_factory=list)
+    #: The error that ended it (``end_failed``), where there was one.
+    cause: AgentError | None = None
 
     @property
     def name(self) -> str:
@@ -62,17 +97,103 @@ class AppRun:
         return self.app.settings.service_account
 
     @property
+    def refused(self) -> bool:
+        return self.phase is Phase.REFUSED
+
+    @property
     def known(self) -> bool:
         """Whether this pass knows what the app declares (rendered, not suspended, not refused)."""
-        return self.desired is not None and not self.refused and not self.suspended
+        return self.desired is not None and self.phase not in (Phase.REFUSED, Phase.SUSPENDED)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more to do for it in this pass (its result is final)."""
+        return self.phase.ended
 
     @property
     def active(self) -> bool:
         return self.due and self.known and not self.finished
 
+    def reach(self, phase: Phase) -> None:
+        """Move forward to ``phase`` (never back, never out of an end)."""
+        if self.phase.ended or phase.ended or phase.value < self.phase.value:
+            raise RuntimeError(f"app {self.name!r}: {self.phase.name} cannot become {phase.name}")
+        self.phase = phase
+
+    def end_failed(self, failure: Failure, cause: AgentError | None = None) -> bool:
+        """A due app's failure, unless its pass already ended; whether this ended it.
+
+        ``cause``: the error it was made from, for callers acting on this one app (``takeover``
+        raises it as it was)."""
+        if not self.due or self.phase.ended:
+            return False
+        self.result.failure = failure
+        self.cause = cause
+        self.phase = Phase.FAILED
+        return True
+
+    def end_refused(self, failure: Failure, cause: AgentError | None = None) -> bool:
+        """Its inventory is another's (or unreadable as ours): nothing of it is known or written."""
+        if self.phase.ended:
+            return False
+        self.phase = Phase.REFUSED
+        self.cause = cause
+        if self.due:
+            self.result.failure = failure
+        return self.due
+
+    def end_suspended(self, refusal: PruneRefusal) -> bool:
+        if self.phase.ended:
+            return False
+        self.phase = Phase.SUSPENDED
+        if self.due:
+            self.result.prune_refusal = refusal
+        return self.due
+
+    def end_waiting(self, dependencies: tuple[str, ...]) -> None:
+        """Its dependencies have not succeeded at their revisions: nothing applied or pruned."""
+        if self.phase.ended:
+            raise RuntimeError(f"app {self.name!r} ended {self.phase.name} before waiting")
+        self.result.waiting_on = dependencies
+        self.phase = Phase.WAITING
+
+    def end_done(self) -> None:
+        """Its changes and prune are done (a failure while doing them ended it already)."""
+        if not self.phase.ended:
+            self.phase = Phase.DONE
+
+    def ready(self) -> Ready:
+        """What a planned app's writes need, typed; only once ``PLANNED``."""
+        if self.phase is not Phase.PLANNED:
+            raise RuntimeError(f"app {self.name!r} is {self.phase.name}, not PLANNED")
+        store, inventory, desired, options = self.store, self.inventory, self.desired, self.options
+        revision, desired_set = self.revision, self.desired_set
+        if (
+            store is None
+            or inventory is None
+            or desired is None
+            or options is None
+            or revision is None
+            or desired_set is None
+        ):
+            raise RuntimeError(f"app {self.name!r} reached PLANNED without what planning sets")
+        return Ready(store, inventory, desired, options, revision, desired_set)
+
     def secret_values(self) -> set[str]:
         """The values its objects hold secret (Secrets', decrypted ones): masked in every output."""
         return masking.secret_strings(o.manifest for o in self.desired or ())
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A planned app's pieces, none of them missing."""
+
+    store: InventoryStore
+    inventory: Inventory
+    desired: list[DesiredObject]
+    options: PlanOptions
+    revision: Revision
+    desired_set: DesiredSet
 
 
 @dataclass

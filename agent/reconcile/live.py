@@ -103,33 +103,44 @@ def read_live(
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"list-{client.name}") as pool:
         listed = dict(zip(sorted(served), pool.map(listing, sorted(served)), strict=True))
     for gk, members in sorted(wanted.items()):
-        info = served.get(gk)
-        if info is None:
-            # Served nowhere: a kind a CRD in this commit adds has no objects yet.
-            state.complete[gk] = gk in crd_kinds
-            if gk not in crd_kinds:
-                why = f"kind {gk[1]}.{gk[0]} is not served by the cluster"
-                state.errors.append(why)
-                state.unknown.update(dict.fromkeys(members, why))
-            continue
-        got = listed[gk]
-        if isinstance(got, ApiError):
-            if got.is_cluster_level:
-                raise got
-            why = f"listing {info.kind}: {got}"
-            state.complete[gk] = False
+        _record(state, gk, members, served.get(gk), listed.get(gk), gk in crd_kinds, inspect is not None)
+    return state
+
+
+def _record(
+    state: LiveState,
+    gk: GroupKind,
+    members: set[ObjectKey],
+    info: ResourceInfo | None,
+    got: _Listed | ApiError | None,
+    crd_defined: bool,
+    inspected: bool,
+) -> None:
+    """One kind's listing into ``state``: complete or not, and why each object is unknown."""
+    if info is None or got is None:
+        # Served nowhere: a kind a CRD in this commit adds has no objects yet.
+        state.complete[gk] = crd_defined
+        if not crd_defined:
+            why = f"kind {gk[1]}.{gk[0]} is not served by the cluster"
             state.errors.append(why)
             state.unknown.update(dict.fromkeys(members, why))
-            continue
-        state.complete[gk] = not got.failed
-        for namespace, why in got.failed.items():
-            state.errors.append(why)
-            state.unknown.update({k: why for k in members if k.namespace == namespace})
-        state.objects.update(got.objects)
-        state.uids.update(got.uids)
-        if inspect is not None:
-            state.inspected[gk] = got.inspected
-    return state
+        return
+    if isinstance(got, ApiError):
+        if got.is_cluster_level:
+            raise got
+        why = f"listing {info.kind}: {got}"
+        state.complete[gk] = False
+        state.errors.append(why)
+        state.unknown.update(dict.fromkeys(members, why))
+        return
+    state.complete[gk] = not got.failed
+    for namespace, why in got.failed.items():
+        state.errors.append(why)
+        state.unknown.update({k: why for k in members if k.namespace == namespace})
+    state.objects.update(got.objects)
+    state.uids.update(got.uids)
+    if inspected:
+        state.inspected[gk] = got.inspected
 
 
 def _list(

@@ -77,6 +77,22 @@ def needs(
     return out
 
 
+def _account_exists(agent: KubeClient, service_account: str, nothing: str) -> None:
+    """Raise ``AccessDenied`` if the account is not there (unknown when the agent may not read it:
+    the reviews still tell what is missing)."""
+    namespace, _, name = service_account.partition("/")
+    try:
+        agent.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+    except ApiError as e:
+        if e.status == 404:
+            raise AccessDenied(
+                AccessProblem.MISSING_ACCOUNT,
+                f"preflight: ServiceAccount {service_account} does not exist; {nothing}",
+            ) from e
+        if not e.is_denied:
+            raise
+
+
 def check(
     agent: KubeClient,
     service_account: str,
@@ -93,17 +109,7 @@ def check(
         return
     namespace, _, name = service_account.partition("/")
     nothing = f"nothing applied or pruned for app {app!r}"
-    try:
-        agent.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
-    except ApiError as e:
-        if e.status == 404:
-            raise AccessDenied(
-                AccessProblem.MISSING_ACCOUNT,
-                f"preflight: ServiceAccount {service_account} does not exist; {nothing}",
-            ) from e
-        if not e.is_denied:
-            raise
-        # The agent may not read it: the reviews below still tell what is missing.
+    _account_exists(agent, service_account, nothing)
     tenant = agent.impersonating(service_account)
 
     def allowed(need: Need) -> bool:

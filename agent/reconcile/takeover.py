@@ -26,8 +26,9 @@ The same command removes managedFields entries that name a custom resource versi
 out (``stale_versions``): after the CRD stops serving it, they would make every server-side
 apply of the object fail and could not be removed any more (kubernetes#111937).
 
-Called by ``agent/cli/takeover.py`` with the pieces of ``ClusterReconciler``
-(render, prepare, schema, read_live); tests in ``tests/test_takeover.py``.
+Called by ``agent/cli/takeover.py``: ``run_takeover`` plans the app with the pass's own
+pipeline (``reconcile.pipeline``), so it considers exactly the objects the app manages (never
+one another app holds); tests in ``tests/test_takeover.py``.
 """
 
 from __future__ import annotations
@@ -40,17 +41,20 @@ from typing import Any
 
 from agent.apply.inventory import widen
 from agent.config.types import Adopt, AppConfig, ConflictRule
-from agent.errors import ApiError, ClusterError, ScopeError
+from agent.errors import ApiError, AppFailed, ClusterError
 from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
     ApplyResult,
     DesiredObject,
+    Failure,
+    FailureReason,
     FieldConflict,
     FieldPath,
     Manifest,
     ObjectKey,
     Outcome,
+    Revision,
     split_api_version,
 )
 from agent.plan import masking
@@ -66,6 +70,7 @@ from agent.plan.fields import (
 )
 from agent.plan.planner import PlanOptions, plan_object, send_body
 from agent.plan.schema import root_node
+from agent.reconcile.apps import Revisions
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.reconcile.stale_versions import CrdVersions, StaleEntry, crd_versions, stale_entries
 
@@ -306,43 +311,48 @@ def describe(plan_: TakeoverPlan, *, applied: bool) -> list[str]:
 
 def run_takeover(
     reconciler: ClusterReconciler,
-    revision: Any,
+    revision: Revision | Revisions,
     named: Sequence[str],
     *,
     apply: bool,
     app: AppConfig | None = None,
 ) -> tuple[TakeoverPlan, list[ApplyResult]]:
-    """Render, read live and plan ``app`` (default: the cluster entry's own) with the reconciler's
-    own pieces; with ``apply``, widen that app's inventory first (docs/safety.md rule 10) and take
-    the paths over."""
-    if app is None:
-        store = reconciler.store
-        desired = reconciler.desired(reconciler.render(revision), store.id)
-    else:
-        store = reconciler.store_for(reconciler.parent_of(app.name))
-        rendered = reconciler.render_app(app, revision)
-        desired = reconciler.prepare(rendered, store.id, default_namespace=app.settings.default_namespace)
-        # As in a pass: nothing is written for an app declaring objects outside its scope (an
-        # inventory parent, whatever its scope, among them).
-        if violations := reconciler.scope_violations(app, desired):
-            raise ScopeError(violations, cluster=reconciler.cluster.name, app=app.name)
-        reconciler.load_schema(desired)
-    by_key = {o.key: o for o in desired}
-    live = reconciler.read_live(set(by_key), desired)
-    if live.errors:
-        raise ClusterError(reconciler.cluster.name, "; ".join(live.errors), retryable=True)
-    options = reconciler.plan_options(store.id, app=app)
+    """Plan ``app`` (default: the cluster entry's own) with the pass's own pipeline (so only the
+    objects it manages, never one another app holds) and the paths leftover managers hold; with
+    ``apply``, widen that app's inventory first (docs/safety.md rule 10) and take them over."""
+    name = app.name if app is not None else reconciler.cluster.name
+    runs = reconciler.new_runs(revision, [name], dry_run=True)
+    if name not in runs:
+        raise AppFailed(
+            Failure(FailureReason.RENDER, f"cluster {reconciler.cluster.name!r} has no app {name!r}")
+        )
+    for run in runs.values():
+        run.due = run.name == name  # the others only rendered: what they declare and hold counts
+    planned = reconciler.plan_pass(runs, dry_run=True, keep_live=True, preview=True)
+    run = runs[name]
+    if run.result.failure is not None:
+        raise run.cause or AppFailed(run.result.failure)
+    if planned is None or not run.active:
+        return TakeoverPlan(reconciler.cluster.name, reconciler.field_manager, ()), []
+    ap = reconciler.plan_app(run, planned, dry_run=True)
+    if ap.live.errors:
+        raise ClusterError(reconciler.cluster.name, "; ".join(ap.live.errors), retryable=True)
+    desired = list(ap.mine.values())
     # One LIST of CRDs: which of these kinds they define, in which versions.
     crds = crd_versions(reconciler.client, {(o.key.group, o.key.kind) for o in desired if o.key.group})
-    live_of = {k: live.objects.get(k) for k in by_key}
-    the_plan = plan_takeover(reconciler.cluster.name, desired, live_of, options, named, crds)
+    live_of = {k: ap.live.objects.get(k) for k in ap.mine}
+    options = ap.ready.options
+    the_plan = plan_takeover(
+        reconciler.cluster.name, desired, live_of, options, named, crds, everything=ap.ready.desired
+    )
     if not apply or not the_plan.items:
         return the_plan, []
+    store = ap.ready.store
     inventory = store.claim(store.load())  # refused if another entry's; created (claimed) if absent
     members = widen(inventory, [i.key for i in the_plan.items])
     if {m.key for m in members} != set(inventory.members):
         store.write(members)
-    return the_plan, execute_takeover(reconciler.client, the_plan, by_key, options, named, crds)
+    return the_plan, execute_takeover(reconciler.client, the_plan, ap.mine, options, named, crds)
 
 
 __all__ = [

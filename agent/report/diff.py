@@ -1,23 +1,23 @@
 """Live diff reports: what applying a revision (or a PR checkout) would do to each cluster.
 
-Called by ``gitops-agent diff`` (``agent.cli.diff``). Per cluster, on its own
-thread with its own client and deadline (docs/safety.md rule 6), ``preview_cluster``
-runs the reconcile stages without writing anything: render, read the
-inventory, prepare, read live state (one LIST per kind), ``plan`` and the
-pure prune ``decide``. Each create/update is then confirmed with a
-server-side dry-run apply under our field manager, so defaults, webhooks and
-validation errors show exactly as the real apply would see them; prunes are
-previewed with ``prune.execute(dry_run=True)`` (uid precondition, the
-namespace/CRD holder checks), after the guards (brake, unknown state) decided.
+Called by ``gitops-agent diff`` (``agent.cli.diff``). Per cluster, on its own thread with its
+own client and deadline (docs/safety.md rule 6), ``cluster_reports`` runs the pass's own
+pipeline (``reconcile.pipeline``) without writing: every app of the cluster rendered, the
+inventories and live state read, each object decided for the app that manages it, each app's
+prune decided. So the report says what the pass would do, an object moving between apps
+included. Only what happens to the result differs: each create/update is confirmed with a
+server-side dry-run apply under our field manager, so defaults, webhooks and validation errors
+show exactly as the real apply would see them; prunes are previewed with
+``prune.execute(dry_run=True)`` (uid precondition, the namespace/CRD holder checks), after the
+guards (brake, unknown state) decided.
 
-A rejected object is an error on that object and the rest of the report is
-complete; a cluster that cannot be reached, rendered or listed is an error
-section of its own. Each app of a cluster is previewed alone (``preview_app``)
-and gets its own part of the cluster's section; ``flag_app_conflicts`` then
-flags an object two apps declare in both parts, as the cluster pass decides it.
-The diff of each object is made by
-``diff_fields.diff_objects`` (which masks Secrets) from the live object to
-the dry-run result; ``scrub`` keeps Secret values out of error messages.
+A rejected object is an error on that object and the rest of the report is complete; a
+cluster that cannot be reached or listed, or an app that cannot be rendered, is an error of
+its own part. An object two apps declare carries the conflict in both parts, as the pass
+decides it. The diff of each object is made by ``diff_fields.diff_objects`` (which masks
+Secrets) from the live object to the dry-run result; ``scrub`` keeps Secret values out of
+error messages. ``flag_app_conflicts`` does the same flagging for the offline diff, which plans
+each app alone.
 """
 
 from __future__ import annotations
@@ -30,14 +30,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from agent.apply import prune as prune_stage
 from agent.apply.ssa import immutable_fields_text, immutable_message
 from agent.config.types import DEFAULT_SOURCE, AppConfig, ClusterConfig, Config
-from agent.errors import AccessDenied, AgentError, ApiError, ScopeError, SourceError
+from agent.errors import AccessDenied, AgentError, ApiError
 from agent.kube.client import KubeClient
 from agent.model import (
     CRD_KEY,
-    PART_OF,
     RECREATE,
     RECREATE_ON_IMMUTABLE,
     Action,
@@ -45,20 +43,18 @@ from agent.model import (
     ApplyResult,
     Change,
     DesiredObject,
-    DesiredSet,
     Manifest,
     ObjectKey,
     Outcome,
     Revision,
 )
 from agent.plan.fields import render_path
-from agent.plan.planner import PlanOptions, expected_object, plan, request_body
 from agent.reconcile import confirm
-from agent.reconcile.apps import Declared, assign
+from agent.reconcile.appruns import AppRun
 from agent.reconcile.live import LiveState
+from agent.reconcile.pipeline import AppPlan, PassPlan, owner_of
 from agent.reconcile.reconciler import ClusterReconciler
-from agent.reconcile.verdicts import digest
-from agent.render.renderer import render
+from agent.reconcile.verdicts import Verdict, digest
 from agent.report.diff_fields import diff_objects, scrub, secret_strings
 from agent.report.model import (
     ACTION_ORDER,
@@ -160,131 +156,109 @@ Target = Revision | Path | Mapping[str, Revision]
 
 @dataclass(frozen=True)
 class Preview:
-    """One app's report, with what cross-app checks need: the objects it declares and which
-    of them its own ApplySet holds live."""
+    """One app's report with the objects it declares and which of them its own ApplySet holds
+    (the offline diff flags conflicts between apps from these)."""
 
     report: AppReport
     declared: Mapping[ObjectKey, DesiredObject] = field(default_factory=dict)
     held: frozenset[ObjectKey] = frozenset()
-    #: The ApplySet each declared object is a member of, as read live (absent: none or unread).
-    sets: Mapping[ObjectKey, str] = field(default_factory=dict)
 
 
-def preview_app(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> Preview:
-    """Plan ``target`` for ``app`` (default: the cluster entry's own) on ``rec``'s cluster
-    without writing; every failure becomes the app's report."""
-    name = rec.cluster.name if app is None else app.name
+def revisions_for(config: Config, target: Target) -> Revision | Mapping[str, Revision]:
+    """``target`` as the pass takes it: a local checkout stands for every source's revision."""
+    if isinstance(target, Path):
+        local = Revision(sha="", ref=str(target), tree=target)
+        return {s.name: local for s in config.sources} or {DEFAULT_SOURCE: local}
+    return target
+
+
+def cluster_reports(
+    rec: ClusterReconciler, target: Target, wanted: Sequence[AppConfig] | None = None
+) -> tuple[AppReport, ...]:
+    """``wanted`` apps' parts (default: every app of the cluster), planned by the pass's own
+    pipeline: every app of the cluster rendered, so what another app declares, holds or failed
+    to render weighs exactly as in a pass; nothing is written."""
+    names = [a.name for a in (wanted if wanted is not None else rec.apps)]
+    runs = rec.new_runs(revisions_for(rec.config, target), names, dry_run=True)
+    for run in runs.values():
+        run.due = run.name in names  # only what is reported, not the dependencies a pass runs first
     try:
-        return _preview(rec, target, app, name)
+        planned = rec.plan_pass(runs, dry_run=True, keep_live=True, preview=True)
     except AgentError as e:
-        return Preview(AppReport(name, error=str(e)))
+        return tuple(AppReport(n, error=str(e)) for n in names)
+    return tuple(_app_report(rec, runs[n], planned) for n in names)
+
+
+def _app_report(rec: ClusterReconciler, run: AppRun, planned: PassPlan | None) -> AppReport:
+    """One app's part; every failure becomes the app's report."""
+    if run.result.failure is not None:
+        return AppReport(run.name, error=run.result.failure.message)
+    if planned is None or not run.active:
+        return AppReport(run.name, notes=tuple(run.notes))
+    try:
+        return _report(rec, rec.plan_app(run, planned, dry_run=True))
+    except AgentError as e:
+        return AppReport(run.name, error=str(e))
     except Exception as e:  # a bug planning one app must not lose the others' sections
-        return Preview(AppReport(name, error=f"internal error: {type(e).__name__}: {e}"))
+        return AppReport(run.name, error=f"internal error: {type(e).__name__}: {e}")
 
 
-def preview_cluster(rec: ClusterReconciler, target: Target, app: AppConfig | None = None) -> ClusterReport:
-    """One app's plan as its cluster's section (see ``run_live`` for a cluster's every app)."""
-    return ClusterReport(rec.cluster.name, (preview_app(rec, target, app).report,))
-
-
-def _render(rec: ClusterReconciler, target: Target, app: AppConfig | None) -> DesiredSet:
-    """``app``'s render of ``target``: its own source's revision, or a local directory."""
-    spec = rec.spec_for(app)
-    if isinstance(target, Mapping):
-        source = app.source if app is not None else DEFAULT_SOURCE
-        if source not in target:
-            raise SourceError(f"source {source!r} delivered no revision")
-        target = target[source]
-    if isinstance(target, Revision):
-        return rec.render_at(target, spec)
-    return render(target, spec, revision="")
-
-
-def _preview(rec: ClusterReconciler, target: Target, app: AppConfig | None, name: str) -> Preview:
-    desired_set = _render(rec, target, app)
-    store = rec.store if app is None else rec.store_for(rec.parent_of(app.name))
-    inventory = store.load()
-    notes: list[str] = []
-    if inventory.suspended:
-        notes.append("the app is suspended (ApplySet parent annotation): nothing is applied until resumed")
-    default_namespace = app.settings.default_namespace if app is not None else None
-    desired = rec.prepare(desired_set, store.id, default_namespace=default_namespace)
-    if violations := rec.scope_violations(app, desired):  # before any request made as the app
-        raise ScopeError(violations, cluster=rec.cluster.name, app=name)
-    rec.load_schema(desired)
-    unserved, api_notes = rec.check_apis(desired)
+def _report(rec: ClusterReconciler, ap: AppPlan) -> AppReport:
+    """The plan previewed: changes confirmed by server dry-runs, prunes by dry-run deletes."""
+    run, live = ap.run, ap.live
+    notes = [*run.notes, *live.errors]
     api: dict[ObjectKey, list[ApiLine]] = {}
-    for f in [*unserved.values(), *api_notes]:
+    for f in run.result.api_findings:
         api.setdefault(f.key, []).append(ApiLine(f.problem.value, f.message, f.replacement))
-    by_key = {o.key: o for o in desired}
-    client = rec.client_for(app)
-    live = rec.read_live(set(by_key) | inventory.keys(), desired, app=app)
-    notes.extend(live.errors)
-    options = rec.plan_options(store.id, app=app)
-    # An object whose listing failed has unknown live state: planned as SKIP, never as a create.
-    known = {k: live.objects.get(k) for k in by_key if live.listed(k)}
-    the_plan = plan(rec.cluster.name, desired_set.revision, desired, known, options)
-    the_plan = replace(the_plan, changes=tuple(live.explain(c) for c in the_plan.changes))
-    secrets = secret_strings([o.manifest for o in desired] + list(live.objects.values()))
-    prune_options = rec.prune_options(store.id, dry_run=True, app=app)
-    decision = prune_stage.decide(
-        inventory,
-        set(by_key),
-        live.objects,
-        live.complete,
-        prune_options,
-        render_empty=desired_set.empty,
-    )
-    if app is not None and app.settings.service_account:
+    client = rec.client_for(run.app)
+    if run.identity:
         try:  # what the pass would refuse before writing, said once rather than as a 403 per object
-            unread = [k for k in {*by_key, *inventory.keys()} if not live.listed(k)]
-            rec.preflight(app, the_plan.changes, decision, unread)
+            unread = [k for k in {*ap.by_key, *run.members} if not live.listed(k)]
+            rec.preflight(run.app, ap.plan.changes, ap.decision, unread)
         except AccessDenied as e:
             notes.append(str(e))
+    secrets = secret_strings([o.manifest for o in ap.by_key.values()] + list(live.objects.values()))
     quiet: set[ObjectKey] = set()
-    objects = _confirm(
-        rec, client, the_plan.changes, by_key, live, options, secrets, api, set(unserved), quiet
-    )
-    prune_refused = decision.refused
-    for result in prune_stage.execute(client, decision, prune_options):
+    changes = tuple(_left_to_owner(c, v) for c, v in zip(ap.plan.changes, _by_change(ap), strict=True))
+    objects = _confirm(rec, client, changes, ap, secrets, api, quiet)
+    for result in ap.prune(client):
         objects.append(_prune_report(result, live, secrets))
-    sets = {
-        k: part_of
-        for k in by_key
-        if (part_of := (((live.objects.get(k) or {}).get("metadata") or {}).get("labels") or {}).get(PART_OF))
-    }
-    held = frozenset(k for k, part_of in sets.items() if part_of == store.id)
     report = AppReport(
-        name,
+        run.name,
         objects=sort_objects(objects),
-        unchanged=sum(
-            1 for c in the_plan.changes if (c.action is Action.NOOP or c.key in quiet) and c.key not in api
-        ),
-        prune_refused=prune_refused,
+        unchanged=sum(1 for c in changes if (c.action is Action.NOOP or c.key in quiet) and c.key not in api),
+        prune_refused=ap.decision.refused,
         notes=tuple(notes),
     )
-    return Preview(report, by_key, held, sets)
+    for v in ap.verdicts:
+        if v.conflicts:
+            lines = tuple(
+                AppConflictLine(c.holder, c.holder_file, c.other, c.other_file)
+                for c in v.conflicts
+                if run.name in (c.holder, c.other)
+            )
+            report = _flagged(report, v.obj, lines, "", skip=False)
+    return report
 
 
-def declared_by(
-    rec: ClusterReconciler, target: Target, app: AppConfig, selected: Sequence[Preview]
-) -> Preview:
-    """What an app left out of ``--app`` declares, rendered only (no request), so a conflict
-    with it is still flagged; it holds what the selected apps read live in its ApplySet."""
-    desired_set = _render(rec, target, app)
-    store_id = rec.store_for(rec.parent_of(app.name)).id
-    desired = rec.prepare(desired_set, store_id, default_namespace=app.settings.default_namespace)
-    by_key = {o.key: o for o in desired}
-    held = frozenset(
-        k for p in selected for k, part_of in p.sets.items() if k in by_key and part_of == store_id
-    )
-    return Preview(AppReport(app.name), by_key, held)
+def _by_change(ap: AppPlan) -> list[Verdict | None]:
+    """Each planned change's verdict (the plan is in declared order, one change per verdict)."""
+    verdicts = {v.obj.key: v for v in ap.verdicts}
+    return [verdicts.get(c.key) for c in ap.plan.changes]
+
+
+def _left_to_owner(change: Change, verdict: Verdict | None) -> Change:
+    """An object the pass leaves to the app managing it, in the words a reader needs."""
+    if verdict is None or not verdict.passed:
+        return change
+    owner = next((c.holder for c in verdict.conflicts), "")
+    return replace(change, reason=f"not written by this app: app {owner!r} manages it") if owner else change
 
 
 def flag_app_conflicts(previews: Sequence[Preview], *, skip_others: bool) -> tuple[AppReport, ...]:
     """Each object two or more of one cluster's apps declare, flagged in every declaring app's
     report naming the other app and both files; the app that manages it is decided as the
-    cluster pass decides (``reconcile.apps.assign``: its ApplySet's holder, else the first in
+    cluster pass decides (``pipeline.owner_of``: its ApplySet's holder, else the first in
     config order). ``skip_others`` (live): the others' entries become the SKIP the pass makes."""
     declarers: dict[ObjectKey, list[int]] = {}
     for i, p in enumerate(previews):
@@ -296,8 +270,8 @@ def flag_app_conflicts(previews: Sequence[Preview], *, skip_others: bool) -> tup
         if len(idx) < 2:
             continue
         holder = next((names[i] for i in idx if key in previews[i].held), None)
-        decl = [Declared(names[i], previews[i].declared[key].provenance.file) for i in idx]
-        verdict = assign(key, decl, holder, names)
+        decl = [(names[i], previews[i].declared[key].provenance.file) for i in idx]
+        verdict = owner_of(key, decl, holder, names)
         for i in idx:
             lines = tuple(
                 AppConflictLine(c.holder, c.holder_file, c.other, c.other_file)
@@ -348,12 +322,9 @@ def _confirm(
     rec: ClusterReconciler,
     client: KubeClient,
     changes: tuple[Change, ...],
-    by_key: dict[ObjectKey, DesiredObject],
-    live: LiveState,
-    options: PlanOptions,
+    ap: AppPlan,
     secrets: set[str],
     api: Mapping[ObjectKey, list[ApiLine]],
-    unserved: set[ObjectKey],
     quiet: set[ObjectKey],
 ) -> list[ObjectReport]:
     """Every non-noop change as a report entry; creates/updates confirmed by a server dry-run
@@ -362,6 +333,7 @@ def _confirm(
     An object whose apiVersion the cluster does not serve is not sent (the pass fails it with
     the same words); an unchanged one with a note on its apiVersion still gets an entry.
     """
+    by_key, live, unserved = ap.by_key, ap.live, ap.run.unserved
     new_namespaces = {
         c.key.name
         for c in changes
@@ -398,9 +370,8 @@ def _confirm(
         current = live.objects.get(change.key)
         if change.action not in (Action.CREATE, Action.UPDATE):
             return change_report(change, current, None, basis="", to_label="")
-        desired = by_key[change.key]
-        expected = expected_object(desired, current, options)
-        body = request_body(change, desired)
+        expected = ap.expected(change, current)
+        body = ap.body(change)
         assert body is not None
         warnings: list[str] = []
         try:
@@ -500,23 +471,9 @@ def run_live(
     lock = threading.Lock()
 
     def sections(rec: ClusterReconciler) -> tuple[AppReport, ...]:
-        wanted = list(apps.get(rec.cluster.name, ())) if apps is not None else list(rec.apps)
-        if not wanted or (len(wanted) == 1 and wanted[0].implicit and not isinstance(target, Mapping)):
-            return (preview_app(rec, target).report,)
-        selected = [preview_app(rec, target, a) for a in wanted]
-        others: list[Preview] = []
-        unknown: list[str] = []
-        for a in rec.apps:
-            if a in wanted:
-                continue
-            try:
-                others.append(declared_by(rec, target, a, selected))
-            except Exception as e:  # a note: the selected apps' report stands
-                unknown.append(
-                    f"app {a.name!r} (not selected) did not render, so conflicts with it are unknown: {e}"
-                )
-        reports = flag_app_conflicts([*selected, *others], skip_others=True)[: len(selected)]
-        return tuple(replace(r, notes=(*r.notes, *unknown)) if unknown else r for r in reports)
+        return cluster_reports(
+            rec, target, list(apps.get(rec.cluster.name, ())) if apps is not None else None
+        )
 
     def work(cluster: ClusterConfig) -> None:
         if progress:
@@ -565,11 +522,11 @@ __all__ = [
     "Preview",
     "Progress",
     "change_report",
+    "cluster_reports",
     "flag_app_conflicts",
     "new_object",
-    "preview_app",
-    "preview_cluster",
     "pruned_report",
+    "revisions_for",
     "run_live",
     "sort_objects",
 ]

@@ -117,3 +117,32 @@ def test_a_real_change_inside_an_atomic_map_is_still_an_update(namespace: TestNa
                     assert "resourceFieldRef (divisor)" in change.reason, change.reason
     finally:
         client.close()
+
+
+def test_an_object_another_tool_created_is_adopted_without_a_conflict_on_a_server_spelled_value(
+    namespace: TestNamespace,
+) -> None:
+    # From the kyverno chart, installed with `helm install` and then taken over by the agent:
+    # Helm's Update entry owns each env var's atomic `fieldRef`, which the server completed with
+    # `apiVersion: v1`. Git's `{fieldPath: ...}` equals it, but an apply of that spelling
+    # replaces the atomic value, and the server refuses it (409, conflict with "helm") every pass.
+    client = KubeClient.connect("defaults", kubeconfig=str(namespace.cluster.kubeconfig))
+    try:
+        manifest = deployment(namespace.name, ENV)
+        manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1000m"}}
+        for i, options in enumerate(_options(client)):
+            manifest = copy.deepcopy(manifest)
+            manifest["metadata"]["name"] = f"web-{i}"
+            client.create(client.resource_for(manifest), manifest, field_manager="helm")
+            live = client.get(client.resource_for(manifest), namespace.name, manifest["metadata"]["name"])
+            assert live is not None
+            desired = DesiredObject(manifest, Provenance("kyverno/templates/deployment.yaml"))
+            change = plan_object(desired, live, options)
+            where = f"schema: {options.schema is not None}"
+            assert change.action is Action.UPDATE and not change.conflicts, (where, change.reason)
+            body = request_body(change, desired) or {}
+            after = client.apply(body, field_manager=MANAGER, force=change.force)
+            assert after["spec"] == live["spec"], where
+            assert plan_object(desired, after, options).action is Action.NOOP, where
+    finally:
+        client.close()

@@ -15,7 +15,7 @@ from typing import Any
 from agent.model import FieldPath, Manifest
 from agent.plan import masking
 from agent.plan.fields import field_element, list_elements, merged_order
-from agent.plan.normalize import MISSING, b64_equal, changed_inside, leaf_equal, strip_defaults
+from agent.plan.normalize import MISSING, b64_equal, changed_inside, is_empty, leaf_equal, strip_defaults
 from agent.plan.schema import Node
 
 
@@ -29,6 +29,9 @@ class Differences:
     reordered: set[FieldPath] = field(default_factory=set)
     #: For a differing atomic map or list, where inside it (``matchLabels.tier``), for reasons.
     inside: dict[FieldPath, tuple[str, ...]] = field(default_factory=dict)
+    #: Leaves and atomic values equal to live only once normalised (``fieldRef`` without the
+    #: ``apiVersion: v1`` the server added, ``cpu: 1000m`` stored as ``"1"``): live's spelling.
+    respelled: dict[FieldPath, Any] = field(default_factory=dict)
 
     def add(self, path: FieldPath, desired: Any, live: Any) -> None:
         self.changed.add(path)
@@ -91,6 +94,8 @@ def _compare(
         diff.add(path, desired, live)
         if isinstance(desired, dict | list) and isinstance(live, dict | list):
             diff.inside[path] = changed_inside(desired, strip_defaults(desired, live, node))
+    elif live is not MISSING and desired != live and not (is_empty(desired) and is_empty(live)):
+        diff.respelled[path] = live
 
 
 def _compare_secret(desired: Manifest, live: Manifest, diff: Differences) -> None:

@@ -368,33 +368,50 @@ def _find_item(items: list[Any], element: str, info: ListInfo) -> int | None:
     return None
 
 
-def remove_path(doc: Any, path: FieldPath, node: Node) -> bool:
-    """Delete the value at ``path`` from ``doc`` in place; ``False`` when it is not there."""
+def _locate(doc: Any, path: FieldPath, node: Node) -> tuple[Any, str | int] | None:
+    """The container holding ``path``'s value in ``doc`` and its key or index; ``None`` when absent."""
     if not path:
-        return False
-    parent, element = doc, path[0]
+        return None
+    parent: Any = doc
     for i, element in enumerate(path):
         last = i == len(path) - 1
         if element.startswith("f:") and isinstance(parent, dict):
             name = element[2:]
             if name not in parent:
-                return False
+                return None
             if last:
-                del parent[name]
-                return True
+                return parent, name
             parent, node = parent[name], node.field(name)
         elif isinstance(parent, list):
-            info = node.list_info()
-            index = _find_item(parent, element, info)
+            index = _find_item(parent, element, node.list_info())
             if index is None:
-                return False
+                return None
             if last:
-                del parent[index]
-                return True
+                return parent, index
             parent, node = parent[index], node.item()
         else:
-            return False
-    return False
+            return None
+    return None
+
+
+def remove_path(doc: Any, path: FieldPath, node: Node) -> bool:
+    """Delete the value at ``path`` from ``doc`` in place; ``False`` when it is not there."""
+    found = _locate(doc, path, node)
+    if found is None:
+        return False
+    container, at = found
+    del container[at]
+    return True
+
+
+def replace_path(doc: Any, path: FieldPath, node: Node, value: Any) -> bool:
+    """Put ``value`` at ``path`` of ``doc`` in place of what is there; ``False`` when nothing is."""
+    found = _locate(doc, path, node)
+    if found is None:
+        return False
+    container, at = found
+    container[at] = value
+    return True
 
 
 def _unescape(segment: str) -> str:

@@ -23,7 +23,9 @@ owns (Apply or Update, on the object or a subresource). The first
 yield; ``gitops-agent.io/force-fields`` forces listed paths; our own manager's
 non-Apply entries are always forced. A path with any yielding owner is yielded
 (``force`` covers the whole request) and left out of ``body``; ``force`` is
-set when a forced conflict remains.
+set when a forced conflict remains. A value equal to live only once normalised (the server
+added a default inside it, or canonicalised a quantity) is not a change, but another owner's
+copy of it would still conflict: where another entry holds it, it is sent as live spells it.
 
 Per-object annotations in Git (comma-separated JSON-pointer-like paths):
 ``gitops-agent.io/ignore-fields: /spec/replicas`` — never sent nor compared
@@ -75,6 +77,7 @@ from agent.plan.fields import (
     pointer_to_path,
     remove_path,
     render_path,
+    replace_path,
 )
 from agent.plan.normalize import secret_string_data_as_data
 from agent.plan.schema import Node, SchemaIndex, root_node
@@ -234,10 +237,13 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     changed = diff.changed
     conflicts = _conflicts(ctx, changed, diff.values, options, _pointer_paths(manifest, FORCE_FIELDS, node))
     yielded = {c.path for c in conflicts if c.resolution is Resolution.YIELD}
-    if yielded:
+    respelled = _respelled(ctx, diff.respelled)
+    if yielded or respelled:
         body = copy.deepcopy(body)
         for path in yielded:
             remove_path(body, path, node)
+        for path, value in respelled.items():
+            replace_path(body, path, node, copy.deepcopy(value))
     declared = manifest_paths(body, node)
     owned = ours.paths if ours else frozenset()
     # An ignored path we still own does not by itself cost a write (module docstring).
@@ -336,6 +342,18 @@ def _adoption(
         why = f"applied by another manager ({', '.join(appliers)}); adopt = if-unowned refuses"
         return SkipReason.ADOPT_REFUSED, why, False
     return None, "", True
+
+
+def _respelled(ctx: _Context, respelled: Mapping[FieldPath, Any]) -> dict[FieldPath, Any]:
+    """Of the values Git spells differently from live but means the same, those another entry holds.
+
+    The server finds conflicts before it defaults or canonicalises: an apply of Git's spelling
+    (a ``fieldRef`` without the ``apiVersion`` the server added, ``cpu: 1000m`` stored as ``"1"``)
+    replaces a value another manager owns, and is refused (409) every pass although the stored
+    object would not change (an object ``helm install`` created, taken over). Sent in live's
+    spelling, the apply changes nothing there and shares the field with its owner.
+    """
+    return {p: v for p, v in respelled.items() if any(_overlap(p, e) is not None for e in ctx.others)}
 
 
 def _conflicts(

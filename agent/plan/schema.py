@@ -32,6 +32,10 @@ _UNPUBLISHED_DEFAULTS: dict[str, dict[str, Any]] = {
     "io.k8s.api.core.v1.ObjectFieldSelector": {"apiVersion": "v1"},
     "io.k8s.api.core.v1.ResourceFieldSelector": {"divisor": "0"},
     "io.k8s.api.networking.v1.NetworkPolicyPort": {"protocol": "TCP"},
+    # Webhook rules and admission policies' resource rules (istio, gateway-api's policy).
+    "io.k8s.api.admissionregistration.v1.RuleWithOperations": {"scope": "*"},
+    "io.k8s.api.admissionregistration.v1.NamedRuleWithOperations": {"scope": "*"},
+    "io.k8s.api.admissionregistration.v1.MatchResources": {"matchPolicy": "Equivalent"},
 }
 
 
@@ -265,7 +269,7 @@ _ATOMIC_MAPS = frozenset(
     {
         "selector", "podSelector", "namespaceSelector", "labelSelector", "nodeSelector",
         "configMapKeyRef", "secretKeyRef", "fieldRef", "resourceFieldRef", "configMapRef", "secretRef",
-        "scaleTargetRef", "roleRef",
+        "scaleTargetRef", "roleRef", "matchConstraints", "matchResources",
     }
 )  # fmt: skip
 _QUANTITY_MAPS = frozenset({"limits", "requests", "hard", "capacity", "allocatable", "overhead"})
@@ -274,6 +278,12 @@ _FIELD_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("", "fieldRef"): {"apiVersion": "v1"},
     ("", "resourceFieldRef"): {"divisor": "0"},
     ("NetworkPolicy", "ports"): {"protocol": "TCP"},
+    ("ValidatingAdmissionPolicy", "resourceRules"): {"scope": "*"},
+    ("ValidatingAdmissionPolicy", "excludeResourceRules"): {"scope": "*"},
+    ("ValidatingAdmissionPolicy", "matchConstraints"): {"matchPolicy": "Equivalent"},
+    ("ValidatingAdmissionPolicyBinding", "resourceRules"): {"scope": "*"},
+    ("ValidatingAdmissionPolicyBinding", "excludeResourceRules"): {"scope": "*"},
+    ("ValidatingAdmissionPolicyBinding", "matchResources"): {"matchPolicy": "Equivalent"},
 }
 _INT_OR_STRING_FIELDS = frozenset({"targetPort", "maxSurge", "maxUnavailable", "minAvailable"})
 

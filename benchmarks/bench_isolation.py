@@ -166,7 +166,7 @@ def _pass_starts(config_file: Path, healthy: list[str], passes: int) -> tuple[di
 
     cfg = load_config(config_file)
     opts = DaemonOptions(leases=LeaseSettings(enabled=False), tick=0.2, backoff_base=APPS_BACKOFF)
-    daemon = Daemon(cfg, SourceSet.from_config(cfg), TimedFleet(cfg), opts)
+    daemon = Daemon(cfg, SourceSet.from_config(cfg), TimedFleet, opts)
     want = APPS_SETTLE + passes + 1
     # Generous: held back by a backoff, the passes would take up to ten times their interval.
     end = time.monotonic() + 60 + 10 * want * APPS_INTERVAL

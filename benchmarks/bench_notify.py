@@ -85,7 +85,7 @@ def _daemon(config_file: Path) -> Any:
     from agent.source.sources import SourceSet
 
     cfg = load_config(config_file)
-    d = Daemon(cfg, SourceSet.from_config(cfg), Fleet(cfg), DaemonOptions(leases=LeaseSettings(), tick=0.2))
+    d = Daemon(cfg, SourceSet.from_config(cfg), Fleet, DaemonOptions(leases=LeaseSettings(), tick=0.2))
     d.start()
     return d
 

@@ -75,7 +75,7 @@ def tune(
 def start_daemon(cfg: Config, **options: Any) -> Daemon:
     options.setdefault("leases", NO_LEASES)
     options.setdefault("tick", 0.2)
-    d = Daemon(cfg, SourceSet.from_config(cfg), Fleet(cfg), DaemonOptions(**options))
+    d = Daemon(cfg, SourceSet.from_config(cfg), Fleet, DaemonOptions(**options))
     d.start()
     return d
 

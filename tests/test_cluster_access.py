@@ -11,6 +11,7 @@ and the file before anything is touched.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -154,9 +155,8 @@ def test_a_reloaded_config_naming_an_absent_kubeconfig_is_refused_and_the_runnin
     path = production_config(tmp_path, repo, kubeconfig="prod.kubeconfig")
     path.write_text(path.read_text().replace("management_kubeconfig", "# management_kubeconfig"))
     cfg = load_config(path)
-    fleet = Fleet(cfg, emit_events=False)
+    daemon = Daemon(cfg, None, partial(Fleet, emit_events=False), DaemonOptions(leases=NO_LEASES))
     try:
-        daemon = Daemon(cfg, None, fleet, DaemonOptions(leases=NO_LEASES))
         path.write_text(
             path.read_text() + '\n[[clusters]]\nname = "new"\nkubeconfig = "gone.kubeconfig"\npath = "x"\n'
         )
@@ -164,6 +164,6 @@ def test_a_reloaded_config_naming_an_absent_kubeconfig_is_refused_and_the_runnin
         assert f"clusters[1].kubeconfig: file not found: {tmp_path / 'gone.kubeconfig'}" in (
             daemon.config_error or ""
         )
-        assert fleet.names() == ["prod"]
+        assert daemon.fleet.names() == ["prod"]
     finally:
-        fleet.close()
+        daemon.fleet.close()

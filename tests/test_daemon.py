@@ -47,7 +47,7 @@ cfg = load_config(config)
 logs.configure("json", "info")
 leases = LeaseSettings(enabled=lease_ns != "-", namespace=lease_ns, identity=identity, duration={DURATION},
                        renew_deadline={RENEW!r}, retry_period={RETRY!r}, kubeconfig=mgmt)
-Daemon(cfg, SourceSet.from_config(cfg), Fleet(cfg),
+Daemon(cfg, SourceSet.from_config(cfg), Fleet,
        DaemonOptions(leases=leases, grace=float(grace), tick=0.2)).run_forever()
 """
 

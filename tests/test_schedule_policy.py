@@ -1,4 +1,5 @@
-"""When each app of a cluster is due and when its job wakes next (``agent.run.due``), pure.
+"""When each app of a cluster is due and when its job wakes next (``agent.run.due``), and what
+happens to wakes and polls asked for while a pass or a poll runs (``agent.run.coalesce``): pure.
 
 Tables of apps' clocks at ``now`` → the apps a pass runs and the next wake with its reason.
 Times are seconds (``time.monotonic`` in the agent); backoff 10 s doubling up to 600 s; jitter
@@ -8,11 +9,23 @@ Times are seconds (``time.monotonic`` in the agent); backoff 10 s doubling up to
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from agent.run.due import AppClock, Due, DueReason, Timing, decide
+from agent.run.coalesce import JobState, PollState, Request
+from agent.run.due import (
+    AppClock,
+    Due,
+    DueReason,
+    Timing,
+    decide,
+    job_interval,
+    pass_apps,
+    triggered,
+    wake_delay,
+)
 
 TIMING = Timing(base=10.0, cap=600.0, jitter=0.1)
 NOW = 1000.0
@@ -153,3 +166,152 @@ def test_the_schedule_entry_names_the_reason_and_with_several_apps_the_app(
     due: Due, name_app: bool, message: str
 ) -> None:
     assert due.message(name_app=name_app) == message
+
+
+@pytest.mark.parametrize(
+    ("clocks", "forced", "apps"),
+    [
+        ((healthy("web", NOW - 1), healthy("db", NOW - 25)), False, ("db",)),
+        ((healthy("web", NOW - 1), healthy("db", NOW - 25)), True, ("web", "db")),
+        ((failing("web", 3, NOW - 1),), True, ("web",)),
+        ((healthy("web", NOW - 1),), False, ()),
+        ((), True, ()),
+    ],
+    ids=[
+        "a scheduled pass runs the apps that are due",
+        "a forced pass runs every app, due or not",
+        "a forced pass runs a failing app before its backoff is over",
+        "a scheduled pass with no app due runs none",
+        "a forced pass of a cluster without apps runs none",
+    ],
+)
+def test_the_apps_a_pass_runs(clocks: tuple[AppClock, ...], forced: bool, apps: tuple[str, ...]) -> None:
+    assert pass_apps(decide(clocks, NOW, TIMING), forced=forced) == apps
+
+
+@pytest.mark.parametrize(
+    ("at", "spread", "draw", "delay"),
+    [
+        (NOW + 20, 2.0, 0.0, 20.0),
+        (NOW + 20, 2.0, 0.5, 21.0),
+        (NOW - 5, 2.0, 0.0, 0.0),
+        (NOW - 5, 2.0, 0.25, 0.5),
+        (NOW, 0.0, 0.9, 0.0),
+    ],
+    ids=[
+        "the job sleeps until the app is due",
+        "plus the drawn fraction of its jitter span",
+        "an app overdue wakes the job at once",
+        "an app overdue still gets its jitter",
+        "no span, no jitter",
+    ],
+)
+def test_the_job_sleeps_until_the_earliest_app_due_plus_jitter(
+    at: float, spread: float, draw: float, delay: float
+) -> None:
+    wake = Due("web", DueReason.INTERVAL, at, at, spread)
+    assert wake_delay(wake, NOW, draw) == pytest.approx(delay)
+
+
+@pytest.mark.parametrize(
+    ("intervals", "default", "interval"),
+    [((300.0, 60.0, 600.0), 900.0, 60.0), ((), 900.0, 900.0), ((120.0,), 30.0, 120.0)],
+    ids=[
+        "a cluster's job runs at its apps' shortest interval",
+        "without apps, at the cluster's own",
+        "an app's longer interval than the cluster's own stands",
+    ],
+)
+def test_the_cluster_jobs_own_interval(intervals: tuple[float, ...], default: float, interval: float) -> None:
+    assert job_interval(intervals, default) == interval
+
+
+@pytest.mark.parametrize(
+    ("moved", "hits"),
+    [
+        ({"main"}, {"prod": ["main"], "dev": ["main"]}),
+        ({"charts", "main"}, {"prod": ["charts", "main"], "dev": ["main"]}),
+        ({"tools"}, {}),
+        (set(), {}),
+    ],
+    ids=[
+        "a new revision triggers every cluster with an app on its source",
+        "each cluster names its moved sources, sorted",
+        "a source no app of a cluster uses triggers none",
+        "no new revision triggers none",
+    ],
+)
+def test_the_clusters_a_new_revision_triggers(moved: set[str], hits: dict[str, list[str]]) -> None:
+    sources_of = {"prod": {"main", "charts"}, "dev": {"main"}, "idle": set[str]()}
+    assert triggered(sources_of, moved) == hits
+
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+SOON, LATER = Request(T0, "sync requested"), Request(T0 + timedelta(seconds=30), "interval")
+
+
+@pytest.mark.parametrize(
+    ("state", "asked", "after", "now"),
+    [
+        (JobState(), SOON, JobState(), SOON),
+        (JobState(running=True), LATER, JobState(running=True, queued=LATER), None),
+        (JobState(running=True, queued=LATER), SOON, JobState(running=True, queued=SOON), None),
+        (JobState(running=True, queued=SOON), LATER, JobState(running=True, queued=SOON), None),
+    ],
+    ids=[
+        "a wake asked for while the job is idle acts now",
+        "a wake asked for while a pass runs waits for the job's end",
+        "of the wakes that wait, an earlier one replaces a later one",
+        "a later one does not replace an earlier one",
+    ],
+)
+def test_wakes_asked_for_while_a_pass_runs_coalesce_into_the_earliest(
+    state: JobState, asked: Request, after: JobState, now: Request | None
+) -> None:
+    assert state.request(asked) == (after, now)
+
+
+def test_a_pass_takes_the_forced_flag_and_the_woken_apps_and_its_end_the_wake_that_waited() -> None:
+    state = JobState().force().wake(["web"]).wake(["db"])
+    running, forced, woken = state.begin()
+    assert (running, forced, woken) == (JobState(running=True), True, frozenset({"web", "db"}))
+    running, _ = running.request(LATER)
+    assert running.begin()[1:] == (False, frozenset())  # taken: the next pass runs the due apps
+    assert running.end() == (JobState(), LATER)
+    assert JobState().end() == (JobState(), None)  # a job that returned early: nothing waited
+
+
+@pytest.mark.parametrize(
+    ("state", "after", "start"),
+    [
+        (PollState(), PollState(running=True, dirty=True), True),
+        (PollState(running=True), PollState(running=True, dirty=True), False),
+        (PollState(running=True, dirty=True), PollState(running=True, dirty=True), False),
+    ],
+    ids=[
+        "a push to a source not being polled starts a poller",
+        "a push during a poll asks for one more",
+        "any number of pushes during a poll add up to one more",
+    ],
+)
+def test_a_push_starts_a_poller_only_when_none_runs(state: PollState, after: PollState, start: bool) -> None:
+    assert state.push() == (after, start)
+
+
+@pytest.mark.parametrize(
+    ("state", "stopping", "after", "again"),
+    [
+        (PollState(running=True, dirty=True), False, PollState(running=True), True),
+        (PollState(running=True), False, PollState(), False),
+        (PollState(running=True, dirty=True), True, PollState(dirty=True), False),
+    ],
+    ids=[
+        "the poller polls while a poll was asked for",
+        "and ends once none was since its last",
+        "and ends when the agent stops",
+    ],
+)
+def test_the_poller_polls_again_only_when_asked(
+    state: PollState, stopping: bool, after: PollState, again: bool
+) -> None:
+    assert state.next(stopping=stopping) == (after, again)

@@ -91,19 +91,19 @@ def run(
     # One pass takes no Lease; the daemon does (from the management cluster).
     cfg = load(config_file, clusters, access=True, management=not once)
     configure_logging(cfg, log_format=log_format, log_level=log_level)
-    fleet = Fleet(cfg)
     if not once:
         from agent.source.sources import SourceSet
 
-        # The factory builds the sources anew when a config reload changes them.
+        # The daemon builds its fleet; the factory builds the sources anew when a config
+        # reload changes them.
         try:  # a notification or receiver secret that cannot be read: exit 2 naming its key
-            daemon = Daemon(cfg, SourceSet.from_config(cfg), fleet, source_factory=SourceSet.from_config)
+            daemon = Daemon(cfg, SourceSet.from_config(cfg), Fleet, source_factory=SourceSet.from_config)
         except ConfigError as e:
-            fleet.close()
             click.echo(f"config error: {e}", err=True)
             sys.exit(EXIT_USAGE)
         daemon.run_forever()
         return
+    fleet = Fleet(cfg)
     # Each source once; a failing one fails its own apps (typed: source) and the others proceed.
     chosen = [a for a in cfg.apps if not clusters or a.cluster in clusters]
     revisions = poll_sources(cfg, chosen)

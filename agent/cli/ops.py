@@ -221,18 +221,18 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
 def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> int:
     from agent.report.summary import format_summary
     from agent.run.fleet import Fleet
-    from agent.run.lease import acquire_once
+    from agent.run.lease import LeaseManager, acquire_once
     from agent.run.lease_settings import lease_settings, management_client
 
-    lm = None
-    fleet = Fleet(cfg)
+    lm: LeaseManager | None = None
+    # The gate reads ``lm`` at each write: the Lease is taken below, before any pass.
+    fleet = Fleet(cfg, fence=lambda name: lm.may_write(name) if lm else None)
     try:
         settings = lease_settings(cfg)
         if settings.enabled:  # never a second writer next to a replica that holds the cluster
             lm = acquire_once(
                 management_client(settings), settings, agent=cfg.agent.name, cluster=cluster_name
             )
-            fleet.fence = lambda name: lm.may_write(name) if lm else None
         revisions = poll_sources(cfg, apps)
         results = fleet.run_apps(cluster_name, revisions, apps=[a.name for a in apps])
     except AgentError as e:

@@ -6,17 +6,32 @@ of its source, a dependency it waits on. ``decide`` reads the apps' clocks (``Ap
 ``now`` and returns which apps a pass runs now and the earliest app due, which is when the
 job wakes next, with its typed reason (``Due``). A failing app's backoff therefore never
 holds back its cluster's healthy apps (docs/safety.md rule 6). Called by ``fleet.Fleet``
-(``due_apps``, ``schedule``) for ``scheduler.Daemon``; no clock and no randomness inside:
-times are the caller's ``time.monotonic`` seconds, the jitter is drawn by the caller.
+(``due_apps``, ``schedule``) for ``scheduler.Daemon``, which also asks here which apps a pass
+runs (``pass_apps``), how long its job sleeps (``wake_delay``), its job's own interval
+(``job_interval``) and which clusters a new revision triggers (``triggered``); no clock and no
+randomness inside: times are the caller's ``time.monotonic`` seconds, the jitter is drawn by
+the caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-__all__ = ["AppClock", "Decision", "Due", "DueReason", "Timing", "backoff_delay", "decide"]
+__all__ = [
+    "AppClock",
+    "Decision",
+    "Due",
+    "DueReason",
+    "Timing",
+    "backoff_delay",
+    "decide",
+    "job_interval",
+    "pass_apps",
+    "triggered",
+    "wake_delay",
+]
 
 #: Seconds before its interval is over within which an app still rides along with a pass (on top
 #: of its jitter span): two apps due a moment apart share one pass, one read of the cluster.
@@ -163,3 +178,28 @@ def decide(clocks: Sequence[AppClock], now: float, timing: Timing) -> Decision:
     # The soonest; on a tie the app's own reason before a dependent's ``waiting``.
     wake = min(apps, key=lambda d: (d.at, d.reason is DueReason.WAITING), default=None)
     return Decision(due, wake, apps)
+
+
+def pass_apps(decision: Decision, *, forced: bool) -> tuple[str, ...]:
+    """The apps a pass runs: every app when it was forced (a ``sync``, a config reload, a Lease
+    acquired), else the ones ``decision`` finds due."""
+    return tuple(d.app for d in decision.apps) if forced else decision.due
+
+
+def wake_delay(wake: Due, now: float, draw: float) -> float:
+    """Seconds the job sleeps until ``wake`` (never negative), plus ``draw`` (the caller's random
+    fraction in [0, 1)) of its jitter span."""
+    return max(0.0, wake.at - now) + draw * wake.spread
+
+
+def job_interval(app_intervals: Iterable[float], default: float) -> float:
+    """A cluster job's own interval: its apps' shortest ``reconcile_interval`` (without apps, the
+    cluster's ``default``), a floor under the wakes its passes set."""
+    return min(app_intervals, default=None) or default
+
+
+def triggered(sources_of: Mapping[str, Collection[str]], moved: Collection[str]) -> dict[str, list[str]]:
+    """The clusters a new revision of ``moved`` sources makes due now, each with its moved sources
+    (sorted); ``sources_of``: cluster → the sources its apps use."""
+    hits = {cluster: sorted(set(sources) & set(moved)) for cluster, sources in sources_of.items()}
+    return {cluster: hit for cluster, hit in hits.items() if hit}

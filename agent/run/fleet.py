@@ -31,7 +31,7 @@ import structlog
 from agent.config.types import AGENT_DEFAULTS, SCHEDULE_JITTER, ClusterConfig, Config
 from agent.errors import AgentError
 from agent.kube.client import KubeClient
-from agent.model import ClusterResult, Failure, FailureReason, Outcome, PassState, Revision
+from agent.model import AppHealth, ClusterResult, Failure, FailureReason, Outcome, PassState, Revision
 from agent.notify.notifier import PassObserver
 from agent.reconcile.apps import Revisions, cluster_apps, combined, revisions_of
 from agent.reconcile.identity import IdentityBook
@@ -44,9 +44,12 @@ from agent.run.lease import FencedClient
 from agent.run.server import Metrics
 from agent.run.status import AppStatus, ClusterStatus
 
-__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "AppStatus", "ClusterStatus", "Fleet", "backoff_delay"]
+__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "AppStatus", "ClusterStatus", "Fence", "Fleet", "backoff_delay"]
 
 log = structlog.get_logger("gitops_agent.fleet")
+
+#: A cluster's write gate: None, or why writes there are refused now (no Lease, shutting down).
+Fence = Callable[[str], str | None]
 
 BACKOFF_BASE = AGENT_DEFAULTS.backoff_base
 BACKOFF_CAP = AGENT_DEFAULTS.backoff_cap
@@ -74,14 +77,16 @@ class Fleet:
         reconciler_factory: Callable[..., ClusterReconciler] = ClusterReconciler,
         metrics: Metrics | None = None,
         emit_events: bool = True,
+        fence: Fence | None = None,
+        observer: PassObserver | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.emit_events = emit_events
         #: Per-cluster write gate (leases, shutdown): None or the reason writes are refused.
-        self.fence: Callable[[str], str | None] | None = None
+        self.fence = fence
         #: Told of each app's pass and wait (the daemon's notifier); it only queues, never blocks.
-        self.observer: PassObserver | None = None
+        self.observer = observer
         self._factory = reconciler_factory
         #: One cache for every cluster: clusters serving the same paths and vars share one render
         #: (and one copy of its objects); it outlives reconcilers replaced after a deadline or a reload.
@@ -169,6 +174,39 @@ class Fleet:
 
     def running(self) -> list[str]:
         return [n for n, s in self._slots.items() if s.running is not None]
+
+    # -- status transitions the daemon asks for ---------------------------------
+
+    def standby(self, name: str, holder: str) -> None:
+        """``name`` is held by another replica (``holder``): no pass here, state ``standby``."""
+        if (slot := self._slots.get(name)) is not None:
+            slot.status.state, slot.status.holder = PassState.STANDBY, holder
+
+    def lease_changed(self, name: str, held: bool, holder: str) -> None:
+        """This replica took (``held``) or lost ``name``'s Lease, now held by ``holder``."""
+        if (slot := self._slots.get(name)) is not None:
+            slot.status.holder = holder
+            slot.status.state = slot.status.state if held else PassState.STANDBY
+
+    def scheduled(self, name: str, when: datetime, why: str) -> None:
+        """``name``'s job was woken for ``when``: its next run and a schedule entry saying ``why``."""
+        if (slot := self._slots.get(name)) is None:
+            return
+        now = datetime.now(UTC)
+        slot.status.next_run = when
+        slot.status.schedule.append((now, (when - now).total_seconds(), why))
+        self.metrics.next_run_at(name, when.timestamp())
+
+    def next_run_is(self, name: str, when: datetime | None) -> None:
+        """``name``'s job runs next at ``when`` by its own interval (no pass set a wake)."""
+        if (slot := self._slots.get(name)) is not None:
+            slot.status.next_run = when
+
+    def set_health(self, name: str, health: AppHealth) -> None:
+        """An app's rollout as its wait last read it (``health_watch``)."""
+        slot = self._slots.get(name)
+        if slot is not None and health.app in slot.status.apps:
+            slot.status.app(health.app).health = health
 
     # -- one pass -------------------------------------------------------------
 
@@ -342,39 +380,7 @@ class Fleet:
             self.observer.finished(result)
         nxt = slot.status.next_run
         self.metrics.next_run_at(result.cluster, nxt.timestamp() if nxt else None)
-        for r in events.reportable(result):  # one line per failed/pruned/unread object, Secret-safe
-            log.log(
-                30 if (events.reason_of(r) or ("",))[0] == "Warning" else 20,
-                "object " + r.outcome.value,
-                cluster=result.cluster,
-                app=app,
-                revision=result.revision[:12],
-                object=str(r.key),
-                detail=events.message_for(r),
-            )
-        for f in events.api_notes(result):
-            log.warning(
-                "api version " + f.problem.value,
-                cluster=result.cluster,
-                app=app,
-                revision=result.revision[:12],
-                object=str(f.key),
-                detail=f.message if f.key.kind != "Secret" else f.api_version,
-            )
-        log.info(
-            "pass finished",
-            cluster=result.cluster,
-            app=app,
-            revision=result.revision[:12],
-            state=st.state,
-            applied=result.applied,
-            unchanged=result.count(Outcome.UNCHANGED),
-            pruned=result.count(Outcome.PRUNED),
-            failed=result.failed,
-            error=(result.error or "").splitlines()[0] if result.error else None,
-            waiting_on=list(result.waiting_on) or None,
-            conflicts=len(result.conflicts) or None,
-        )
+        _log_result(result, app, st.state)
         slot.status.settle_state()
 
     def due_apps(
@@ -513,3 +519,41 @@ def _cache_entries(config: Config) -> int:
     """Room for two revisions of every app's render: with fewer entries than apps, each pass
     evicted renders the next app needed, and every steady pass re-rendered every app."""
     return max(RenderCache.DEFAULT_ENTRIES, 2 * len(config.apps))
+
+
+def _log_result(result: ClusterResult, app: str, state: PassState) -> None:
+    """One app's pass in the log: a line per failed, pruned or unread object (Secret-safe), per
+    API version note, and the pass's summary."""
+    for r in events.reportable(result):  # one line per failed/pruned/unread object, Secret-safe
+        log.log(
+            30 if (events.reason_of(r) or ("",))[0] == "Warning" else 20,
+            "object " + r.outcome.value,
+            cluster=result.cluster,
+            app=app,
+            revision=result.revision[:12],
+            object=str(r.key),
+            detail=events.message_for(r),
+        )
+    for f in events.api_notes(result):
+        log.warning(
+            "api version " + f.problem.value,
+            cluster=result.cluster,
+            app=app,
+            revision=result.revision[:12],
+            object=str(f.key),
+            detail=f.message if f.key.kind != "Secret" else f.api_version,
+        )
+    log.info(
+        "pass finished",
+        cluster=result.cluster,
+        app=app,
+        revision=result.revision[:12],
+        state=state,
+        applied=result.applied,
+        unchanged=result.count(Outcome.UNCHANGED),
+        pruned=result.count(Outcome.PRUNED),
+        failed=result.failed,
+        error=(result.error or "").splitlines()[0] if result.error else None,
+        waiting_on=list(result.waiting_on) or None,
+        conflicts=len(result.conflicts) or None,
+    )

@@ -51,6 +51,8 @@ class Fleet(Protocol):
         apps: Iterable[str] | None = None,
     ) -> list[ClusterResult]: ...
 
+    def set_health(self, name: str, health: AppHealth) -> None: ...
+
 
 class HealthWatch:
     """Steps the waits of a fleet's clusters and records their readings."""
@@ -150,9 +152,8 @@ class HealthWatch:
         status, reconciler = fleet.status.get(cluster), fleet.reconcilers.get(cluster)
         if status is None or reconciler is None or health.app not in status.apps:
             return  # removed by a config reload meanwhile
-        st = status.app(health.app)
-        before = st.health
-        st.health = health
+        before = status.apps[health.app].health
+        fleet.set_health(cluster, health)
         cluster_state = status.health or health.state
         fleet.metrics.app_health(cluster, health.app, health.state, cluster_state)
         # A wait's count grows; a new wait (a new pass) starts again from zero.

@@ -1,20 +1,22 @@
 """The long-running agent: apscheduler jobs, leases, health, config reload, SIGTERM.
 
-``Daemon`` drives a ``fleet.Fleet``: one poll job per source an app uses (a
-``SourceSet``), each at its own ``poll_interval`` on an executor of its own, whose
-new revision triggers the clusters with an app on that source, where each app renders
-its own source's latest revision (a failing source's last good one); one reconcile job per
-cluster on an executor of its own (one worker: with ``max_instances=1`` a hung
-cluster never holds a worker another cluster needs), triggered by a new revision and by
-``sync``, and after each pass woken at its earliest app due (``due.decide``: each app's own
-interval or backoff, jitter; coalescing). A pass runs the apps that are due; a ``sync``, a
-config reload or a Lease acquired runs all of them. A tick job
-whose silence is the only thing ``/healthz`` reports (docs/safety.md rule 7); config
-reload; Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM. With
-``[[notifications]]``, a ``Notifier`` the fleet tells of every pass and wait (alerts, commit
-statuses: ``agent.notify``); with ``[receiver] listen``, a ``Receiver`` whose pushes poll their
-sources at once (``request_poll``: one poll at a time per source, later pushes coalesced into one
-more). Called by ``gitops-agent run`` (``cli``) and the tests.
+``Daemon`` acts; the decisions are pure and live elsewhere. It builds its ``fleet.Fleet``
+(handing it the write gate and the notifier) and runs: one poll job per source an app uses
+(``polling.SourcePoller`` over a ``SourceSet``), each at its own ``poll_interval`` on an
+executor of its own, whose new revision triggers the clusters with an app on that source
+(``due.triggered``), where each app renders its own source's latest revision (a failing
+source's last good one); one reconcile job per cluster on an executor of its own (one worker:
+with ``max_instances=1`` a hung cluster never holds a worker another cluster needs), triggered
+by a new revision and by ``sync``, and after each pass woken at its earliest app due
+(``due.decide``: each app's own interval or backoff, jitter; ``due.wake_delay``). A pass runs
+the apps that are due; a ``sync``, a config reload or a Lease acquired runs all of them
+(``due.pass_apps``). Wakes asked for while a pass runs wait for its end (``coalesce.JobState``).
+A tick job whose silence is the only thing ``/healthz`` reports (docs/safety.md rule 7); config
+reload (``reload``); Leases (``agent.run.lease``) when running in a cluster; graceful SIGTERM.
+With ``[[notifications]]``, a ``Notifier`` the fleet tells of every pass and wait (alerts,
+commit statuses: ``agent.notify``); with ``[receiver] listen``, a ``Receiver`` whose pushes
+poll their sources at once (``SourcePoller.request``). ``/status`` and the status page read it
+through ``snapshot``. Called by ``gitops-agent run`` (``cli``) and the tests.
 """
 
 from __future__ import annotations
@@ -26,18 +28,15 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import structlog
-from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.events import JobExecutionEvent
 
-from agent.config.load import check_access, load_config
 from agent.config.types import (
     AGENT_DEFAULTS,
     DEFAULT_SOURCE,
@@ -53,22 +52,30 @@ from agent.notify import store as notify_store
 from agent.notify.delivery import NotifyMetrics
 from agent.notify.notifier import Notifier
 from agent.reconcile.apps import cluster_apps
-from agent.run import record_store
-from agent.run.due import DueReason, Timing
+from agent.run import snapshot
+from agent.run.coalesce import JobState, Request
+from agent.run.due import DueReason, Timing, job_interval, pass_apps, triggered, wake_delay
 from agent.run.fleet import Fleet
+from agent.run.jobs import Jobs
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
 from agent.run.listener import allowed_hosts
+from agent.run.polling import SourcePoller
 from agent.run.receiver import Receiver
-from agent.run.server import HealthServer, main_limits
-from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage, ui_token
+from agent.run.reload import ConfigFile, carry_over
+from agent.run.server import HealthServer, Metrics, main_limits
+from agent.run.status import ClusterStatus
+from agent.run.statuspage import Snapshot, StatusPage, ui_token
 from agent.run.synclimit import ForcedSyncs
 from agent.source.sources import SourceSet
-from agent.ui.auth import access
 
-__all__ = ["Daemon", "DaemonOptions"]
+__all__ = ["Daemon", "DaemonOptions", "FleetFactory"]
 
 log = structlog.get_logger("gitops_agent.scheduler")
+
+#: Builds the daemon's fleet: ``Fleet`` itself, or a subclass, or a ``functools.partial`` of one;
+#: called with the config and the keywords ``metrics``, ``fence`` and ``observer``.
+FleetFactory = Callable[..., Fleet]
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -112,141 +119,68 @@ class Daemon:
         self,
         config: Config,
         sources: SourceSet,
-        fleet: Fleet,
+        fleet: FleetFactory = Fleet,
         options: DaemonOptions | None = None,
         *,
         source_factory: Callable[[Config], SourceSet] = SourceSet.from_config,
     ) -> None:
         self.config = config
-        self.sources = sources
-        self.fleet = fleet
         self.opts = options or DaemonOptions.from_config(config)
         self._timing = Timing(self.opts.backoff_base, self.opts.backoff_cap, self.opts.jitter)
         #: Builds the sources of a reloaded config whose sources changed.
         self.source_factory = source_factory
-        self.metrics = fleet.metrics
-        #: Source name → the last revision it delivered (kept while its polls fail).
-        self.revisions: dict[str, Revision] = {}
-        #: Source name → why its last poll failed.
-        self.source_errors: dict[str, str] = {}
+        self.metrics = Metrics()
         self.last_tick = time.monotonic()
-        self.source_attempted = False
-        self._polled: set[str] = set()
-        self._source_lock = threading.Lock()
         self.config_error: str | None = None
         self.stopping = False
         self._shut = ""
         self._stop = threading.Event()
+        #: Guards the clusters' job states.
         self._lock = threading.Lock()
-        self._in_job: set[str] = set()
-        self._queued: dict[str, tuple[datetime, str]] = {}
-        #: Cluster → its apps whose dependency rolled out: due at its next pass.
-        self._woken: dict[str, set[str]] = {}
-        #: Clusters whose next pass runs every app, not only the due ones (sync, reload, Lease).
-        self._forced: set[str] = set()
+        self._jobs: dict[str, JobState] = {}
         self._syncs = ForcedSyncs()
-        self._config_stamp = self._stamp()
-        settings = self.opts.leases or lease_settings(config)
-        self.leases: LeaseManager | None = None
-        if settings.enabled:
-            self.leases = LeaseManager(
-                management_client(settings),
-                settings,
-                agent=config.agent.name,
-                clusters=fleet.names(),
-                on_change=self._lease_changed,
-                busy=fleet.busy,
-            )
-        fleet.fence = self._fence
-        #: Sources a push asked to poll, the push pollers running, one poll lock per source.
-        self._dirty: set[str] = set()
-        self._pushers: set[str] = set()
-        self._poll_locks: dict[str, threading.Lock] = {}
-        self.notifier: Notifier | None = None
-        if config.notifications:
-            self.notifier = Notifier(
-                config,
-                store=self._notify_store(settings),
-                metrics=NotifyMetrics(self.metrics.registry),
-                fence=self._fence,
-                clusters=fleet.names,
-                instance=settings.identity or socket.gethostname(),
-                config_of=lambda: self.config,
-            )
-            fleet.observer = self.notifier
-        self.receiver: Receiver | None = None
-        if config.receiver.listen:
-            self.receiver = Receiver(
-                config,
-                on_push=self.request_poll,
-                registry=self.metrics.registry,
-                sources=lambda: {n: self.sources.source(n).config for n in self.sources.names},
-            )
-        self.scheduler = BackgroundScheduler(
-            executors={n: ThreadPoolExecutor(max_workers=1) for n in ("default", "loop", "reload")},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone="UTC",
+        self._config_file = ConfigFile(config.file)
+        self.poller = SourcePoller(
+            sources, self.metrics, on_moved=self._revisions_moved, stopping=lambda: self.stopping
         )
-        self.scheduler.add_listener(self._job_done, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        settings = self.opts.leases or lease_settings(config)
+        self.leases = self._lease_manager(settings)
+        self.notifier = self._notifier(settings) if config.notifications else None
+        self.receiver = self._receiver() if config.receiver.listen else None
+        # Read before the fleet exists: an unreadable token file is a ConfigError with nothing to close.
+        token = ui_token(config.agent) if config.agent.listen else ""
+        self.fleet = fleet(config, metrics=self.metrics, fence=self._fence, observer=self.notifier)
+        self.jobs = Jobs(self._job_done)
+        self.scheduler = self.jobs.scheduler
         self.health: HealthServer | None = None
         self.page: StatusPage | None = None
         if config.agent.listen:
-            token = ui_token(config.agent)
-            self.page = self._status_page(config, settings, token)
-            self.health = HealthServer(
-                config.agent.listen,
-                metrics=self.metrics,
-                last_tick=self._last_tick,
-                ready=self._not_ready,
-                status=self.status_json,
-                sync=self.sync,
-                stuck_after=self.opts.stuck_after,
-                page=self.page,
-                token=token,
-                limits=main_limits(config.agent),
-                allowed=allowed_hosts(config.agent.public_url, config.agent.allowed_hosts),
-            )
+            self.page, self.health = self._endpoints(settings, token)
 
-    def _status_page(self, config: Config, settings: LeaseSettings, token: str) -> StatusPage:
-        """The status page and where its records live: the management cluster with Leases (every
-        replica reads them), else ``<cache_dir>/status/`` (docs/status-page.md)."""
-        a = config.agent
-        store: record_store.RecordStore
-        if settings.enabled:
-            store = record_store.ConfigMapStore(
-                management_client(settings), namespace=settings.namespace, agent=a.name
-            )
-        else:
-            store = record_store.FileStore(Path(a.cache_dir).expanduser() / "status")
-        page = StatusPage(
-            self._page_snapshot, store, access=access(a.listen, token), token=token, shared=settings.enabled
-        )
-        page.load()
-        return page
+    # -- what it is built of ------------------------------------------------------
 
-    def _page_snapshot(self) -> Snapshot:
-        """What the status page shows now: every cluster with its apps, who holds it, each app's
-        source head."""
-        with self._source_lock:
-            heads = {n: r.sha for n, r in self.revisions.items()}
-            errors = dict(self.source_errors)
-        clusters = []
-        for name, st in self.fleet.status.items():
-            held = self.leases is None or self.leases.holds(name)
-            holder = self.leases.holder(name) if self.leases else ""
-            sources = self._sources_of(name)
-            app_heads = {app: heads[src] for app, src in sources.items() if src in heads}
-            clusters.append(ClusterSnapshot(name, st, held=held, holder=holder, heads=app_heads))
-        return Snapshot(
+    def _lease_manager(self, settings: LeaseSettings) -> LeaseManager | None:
+        if not settings.enabled:
+            return None
+        return LeaseManager(
+            management_client(settings),
+            settings,
             agent=self.config.agent.name,
-            clusters=tuple(clusters),
-            replica=self.leases.s.identity if self.leases else "",
-            sources=tuple((n, heads.get(n, ""), errors.get(n, "")) for n in self.sources.names),
+            clusters=[c.name for c in self.config.clusters],
+            on_change=self._lease_changed,
+            busy=lambda name: self.fleet.busy(name),
         )
 
-    def _may_write(self, cluster: str) -> bool:
-        """Whether this replica records ``cluster``: the holder of its Lease, or the only agent."""
-        return self.leases is None or self.leases.holds(cluster)
+    def _notifier(self, settings: LeaseSettings) -> Notifier:
+        return Notifier(
+            self.config,
+            store=self._notify_store(settings),
+            metrics=NotifyMetrics(self.metrics.registry),
+            fence=self._fence,
+            clusters=lambda: self.fleet.names(),
+            instance=settings.identity or socket.gethostname(),
+            config_of=lambda: self.config,
+        )
 
     def _notify_store(self, settings: LeaseSettings) -> notify_store.StateStore:
         """Beside the Leases in the management cluster; without one, under the cache directory."""
@@ -257,7 +191,53 @@ class Daemon:
         root = Path(os.path.expanduser(self.config.agent.cache_dir))
         return notify_store.FileStore(root / "notify" / self.config.agent.name)
 
+    def _receiver(self) -> Receiver:
+        return Receiver(
+            self.config,
+            on_push=self.poller.request,
+            registry=self.metrics.registry,
+            sources=lambda: {n: self.poller.sources.source(n).config for n in self.poller.sources.names},
+        )
+
+    def _endpoints(self, settings: LeaseSettings, token: str) -> tuple[StatusPage, HealthServer]:
+        """The status page and the server of every endpoint, on ``[agent] listen``."""
+        a = self.config.agent
+        page = snapshot.status_page(self.config, settings, token, self._page_snapshot)
+        health = HealthServer(
+            a.listen,
+            metrics=self.metrics,
+            last_tick=self._last_tick,
+            ready=self._not_ready,
+            status=self.status_json,
+            sync=self.sync,
+            stuck_after=self.opts.stuck_after,
+            page=page,
+            token=token,
+            limits=main_limits(a),
+            allowed=allowed_hosts(a.public_url, a.allowed_hosts),
+        )
+        return page, health
+
     # -- what the endpoints ask ---------------------------------------------------
+
+    def cluster_status(self) -> dict[str, ClusterStatus]:
+        return self.fleet.status
+
+    def sources_of(self, cluster: str) -> dict[str, str]:
+        """App → its source, for the apps of ``cluster`` (none for a cluster not in the config)."""
+        entry = next((c for c in self.config.clusters if c.name == cluster), None)
+        return {a.name: a.source for a in cluster_apps(self.config, entry)} if entry else {}
+
+    def status_json(self) -> dict[str, Any]:
+        """``GET /status`` (``snapshot.status_json``)."""
+        return snapshot.status_json(self)
+
+    def _page_snapshot(self) -> Snapshot:
+        return snapshot.page_snapshot(self)
+
+    def _may_write(self, cluster: str) -> bool:
+        """Whether this replica records ``cluster``: the holder of its Lease, or the only agent."""
+        return self.leases is None or self.leases.holds(cluster)
 
     def _last_tick(self) -> float:
         return min(self.last_tick, self.leases.heartbeat) if self.leases else self.last_tick
@@ -265,61 +245,12 @@ class Daemon:
     def _not_ready(self) -> str | None:
         if self.stopping:
             return "shutting down"
-        return None if self.source_attempted else "first poll of every source pending"
+        return None if self.poller.attempted else "first poll of every source pending"
 
     def _fence(self, name: str) -> str | None:
         if self._shut:
             return self._shut
         return self.leases.may_write(name) if self.leases else None
-
-    def _sources_of(self, cluster: str) -> dict[str, str]:
-        """App → its source, for the apps of ``cluster`` (none for a cluster not in the config)."""
-        entry = next((c for c in self.config.clusters if c.name == cluster), None)
-        return {a.name: a.source for a in cluster_apps(self.config, entry)} if entry else {}
-
-    def _shas(self, names: Iterable[str]) -> dict[str, str | None]:
-        """Source → the sha of its latest revision (None: none yet), for ``names``."""
-        with self._source_lock:
-            return {n: (r.sha if (r := self.revisions.get(n)) else None) for n in names}
-
-    def _sources_json(self) -> list[dict[str, Any]]:
-        out = []
-        for name in self.sources.names:
-            src, rev = self.sources.source(name), self.revisions.get(name)
-            out.append(
-                {
-                    "name": name,
-                    "url": src.masked_url,
-                    "ref": src.config.ref,
-                    "revision": rev.sha if rev else None,
-                    "error": self.source_errors.get(name),
-                }
-            )
-        return out
-
-    def status_json(self) -> dict[str, Any]:
-        """``GET /status``. Its top-level ``revision`` is the default source's (each app's own
-        is in its row, each source's in ``sources``)."""
-        clusters = []
-        for name, st in self.fleet.status.items():
-            for d in st.rows():  # one row per (cluster, app)
-                if self.leases:
-                    d["lease_held"] = self.leases.holds(name)
-                    d["holder"] = self.leases.holder(name)
-                clusters.append(d)
-        return {
-            "agent": self.config.agent.name,
-            "replica": self.leases.s.identity if self.leases else None,
-            "revision": self._shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
-            "source_error": "; ".join(self.source_errors.values()) or None,
-            "sources": self._sources_json(),
-            "config_error": self.config_error,
-            "stopping": self.stopping,
-            "leases": self.leases.to_json() if self.leases else None,
-            "notifications": self.notifier.to_json() if self.notifier else None,
-            "receiver": self.receiver.to_json() if self.receiver else None,
-            "clusters": clusters,
-        }
 
     def sync(self, name: str, app: str | None = None) -> tuple[int, dict[str, Any]]:
         """``POST /sync?cluster=NAME[&app=APP]``: a pass of every app of the cluster now (or right
@@ -335,10 +266,11 @@ class Daemon:
             holder = self.leases.holder(name) or "none"
             return 409, {"error": f"this replica does not hold {name!r}; holder: {holder}", "holder": holder}
         with self._lock:  # one pending forced pass per cluster; at most one per app per interval
-            pending = name in self._forced
+            job = self._job(name)
+            pending = job.forced
             wait = None if pending else self._syncs.take(name, app or "", self.config.agent.sync_interval)
             if not pending and wait is None:
-                self._forced.add(name)
+                self._jobs[name] = job.force()
         if wait is not None:
             why = f"a pass of {name} was forced less than [agent] sync_interval ago"
             return 429, {"error": why, "retry_after": math.ceil(wait)}
@@ -349,8 +281,8 @@ class Daemon:
             "cluster": name,
             "coalesced": pending,
             "next_run": _iso(when),
-            "revision": self._shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
-            "revisions": self._shas(sorted(set(self._sources_of(name).values()))),
+            "revision": self.poller.shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
+            "revisions": self.poller.shas(sorted(set(self.sources_of(name).values()))),
         }
 
     # -- jobs ---------------------------------------------------------------------
@@ -364,35 +296,14 @@ class Daemon:
             self.notifier.start()
         if self.receiver is not None:
             self.receiver.start()
-        for name in self.sources.names:
+        for name in self.poller.sources.names:
             self._add_source_job(name)
-        self.scheduler.add_job(self._tick, "interval", seconds=self.opts.tick, id="tick", executor="loop")
+        self.jobs.shared(self._tick, "tick", self.opts.tick, "loop")
         if self.opts.reload_interval > 0 and self.config.file:
-            self.scheduler.add_job(
-                self.check_reload,
-                "interval",
-                seconds=self.opts.reload_interval,
-                id="reload",
-                executor="reload",
-            )
+            self.jobs.shared(self.check_reload, "reload", self.opts.reload_interval, "reload")
         for c in self.config.clusters:
             self._add_cluster_job(c)
-        self.scheduler.start()
-
-    def _add_health_job(self, name: str) -> None:
-        """The cluster's waits on rollouts, on an executor of their own: a long wait never holds
-        the cluster's pass, nor a pass the wait. Paused while nothing waits."""
-        alias = f"health:{name}"
-        self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
-        self.scheduler.add_job(
-            self.follow_health,
-            "interval",
-            seconds=HEALTH_POLL_MAX,
-            id=alias,
-            args=[name],
-            executor=alias,
-            next_run_time=None,
-        )
+        self.jobs.start()
 
     def follow_health(self, name: str) -> None:
         """Read the cluster's due waits; run the apps a dependency's rollout unblocked."""
@@ -404,151 +315,71 @@ class Daemon:
         unblocked = self.fleet.health.unblocks(name, healths)
         if unblocked:
             with self._lock:
-                self._woken.setdefault(name, set()).update(unblocked)
+                self._jobs[name] = self._job(name).wake(unblocked)
             why = f"dependency rolled out (waiting: {', '.join(unblocked)})"
             self._schedule(name, datetime.now(UTC), why)
         self._wake_health(name)
 
     def _wake_health(self, name: str) -> None:
         """Time the cluster's health job for its soonest wait; pause it when nothing waits."""
-        job = self.scheduler.get_job(f"health:{name}")
-        if job is None:
+        if not self.jobs.exists(f"health:{name}"):
             return
         nxt = self.fleet.health.next_step(name)
         if nxt is None:
-            job.pause()
+            self.jobs.pause(f"health:{name}")
             return
-        job.modify(next_run_time=datetime.now(UTC) + timedelta(seconds=max(0.0, nxt - time.monotonic())))
+        self.jobs.wake(
+            f"health:{name}", datetime.now(UTC) + timedelta(seconds=max(0.0, nxt - time.monotonic()))
+        )
 
     def _add_cluster_job(self, c: ClusterConfig) -> None:
-        self._add_health_job(c.name)
-        alias = f"cluster:{c.name}"
-        self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
+        """The cluster's pass, paused until the first revision; its waits on rollouts on a job of
+        their own (a long wait never holds the pass, nor a pass the wait), paused while none waits."""
+        self.jobs.add(self.follow_health, f"health:{c.name}", HEALTH_POLL_MAX, args=[c.name])
         interval = self._interval(c)
-        self.scheduler.add_job(
-            self.reconcile,
-            "interval",
-            seconds=interval,
-            jitter=interval * self.opts.jitter,
-            id=alias,
-            args=[c.name],
-            executor=alias,
-            next_run_time=None,  # paused until the first revision
+        self.jobs.add(
+            self.reconcile, f"cluster:{c.name}", interval, args=[c.name], jitter=interval * self.opts.jitter
         )
 
     def _add_source_job(self, name: str) -> None:
         """Poll ``name`` now, then every ``poll_interval``: each source alone, like each cluster."""
-        alias = f"source:{name}"
-        self.scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias=alias)
-        self.scheduler.add_job(
-            self.poll,
-            "interval",
-            seconds=self.sources.source(name).config.poll_interval,
-            id=alias,
-            args=[name],
-            executor=alias,
-            next_run_time=datetime.now(UTC),
-        )
+        seconds = self.poller.sources.source(name).config.poll_interval
+        self.jobs.add(self.poll, f"source:{name}", seconds, args=[name], first=datetime.now(UTC))
 
     def _interval(self, c: ClusterConfig) -> float:
-        """The job's own interval, its apps' shortest: a floor under the wakes its passes set."""
-        return min((a.settings.reconcile_interval for a in self.config.apps_of(c.name)), default=None) or (
-            c.settings.reconcile_interval
-        )
+        """The job's own interval (``due.job_interval``)."""
+        apps = self.config.apps_of(c.name)
+        return job_interval((a.settings.reconcile_interval for a in apps), c.settings.reconcile_interval)
 
     def _remove_cluster_job(self, name: str) -> None:
-        self._remove_job(f"cluster:{name}")
-        self._remove_job(f"health:{name}")
-
-    def _remove_job(self, alias: str) -> None:
-        if self.scheduler.get_job(alias) is not None:
-            self.scheduler.remove_job(alias)
-        try:
-            executor = self.scheduler._lookup_executor(alias)
-        except KeyError:
-            return
-        self.scheduler.remove_executor(alias, shutdown=False)
-        executor.shutdown(wait=False)  # a pass still running finishes (fenced) on its own thread
+        self.jobs.remove(f"cluster:{name}")
+        self.jobs.remove(f"health:{name}")
 
     def _tick(self) -> None:
         self.last_tick = time.monotonic()
         self.metrics.tick.set(time.time())
 
-    def request_poll(self, names: Iterable[str], why: str) -> None:
-        """Poll ``names`` now, each on a thread of its own (the receiver's pushes): while a poll of
-        a source runs, any number of further requests add up to one more poll after it."""
-        for name in names:
-            with self._lock:
-                if self.stopping:
-                    return
-                self._dirty.add(name)
-                if name in self._pushers:
-                    continue
-                self._pushers.add(name)
-            log.info("poll requested", source=name, why=why)
-            threading.Thread(target=self._push_loop, args=(name,), name=f"push-{name}", daemon=True).start()
-
-    def _push_loop(self, name: str) -> None:
-        while True:
-            with self._lock:
-                if name not in self._dirty or self.stopping:
-                    self._pushers.discard(name)
-                    return
-                self._dirty.discard(name)
-            try:
-                if name in self.sources.names:
-                    self.poll(name)
-            except Exception as e:  # a bad poll must not end the pushes of this source
-                log.exception("requested poll crashed", source=name, error=str(e))
+    def request_poll(self, names: list[str], why: str) -> None:
+        """Poll ``names`` now (the receiver's pushes; ``SourcePoller.request``)."""
+        self.poller.request(names, why)
 
     def poll(self, name: str | None = None) -> None:
-        """Poll one source (every source when ``name`` is None); a new revision triggers the
-        clusters with an app on that source. A failed source keeps its last revision. One poll
-        of a source at a time: its job's and the ones pushes request wait for each other."""
-        if name is None:
-            self._poll(None)
-            return
-        with self._lock:
-            lock = self._poll_locks.setdefault(name, threading.Lock())
-        with lock:
-            self._poll(name)
+        """Poll one source (every source when ``name`` is None): ``SourcePoller.poll``."""
+        self.poller.poll(name)
 
-    def _poll(self, name: str | None) -> None:
-        sources = self.sources
-        t0 = time.monotonic()
-        result = sources.poll(None if name is None else [name])
-        elapsed = time.monotonic() - t0
-        moved: set[str] = set()
-        with self._source_lock:
-            if sources is not self.sources:
-                return  # a reload replaced the sources meanwhile; the new set's jobs poll them now
-            for o in result.outcomes:
-                self._polled.add(o.name)
-                self.metrics.fetch_duration.labels(o.name).observe(elapsed)
-                if o.revision is None:
-                    self.metrics.fetch_failures.labels(o.name).inc()
-                    self.source_errors[o.name] = str(o)
-                    log.error(
-                        "source poll failed; last good revision stays in force",
-                        source=o.name,
-                        error=str(o.error),
-                    )
-                    continue
-                self.metrics.fetch_success.labels(o.name).set(time.time())
-                self.source_errors.pop(o.name, None)
-                previous = self.revisions.get(o.name)
-                if previous is None or previous.sha != o.revision.sha:
-                    self.revisions[o.name] = o.revision
-                    moved.add(o.name)
-                    log.info(
-                        "new revision", source=o.name, revision=o.revision.short, subject=o.revision.subject
-                    )
-            self.source_attempted = self.source_attempted or set(sources.names) <= self._polled
-        for cluster in self.fleet.names():
-            hit = sorted(set(self._sources_of(cluster).values()) & moved)
-            if hit:
-                revs = ", ".join(f"{n} {self.revisions[n].short}" for n in hit)
-                self._schedule(cluster, datetime.now(UTC), f"new revision {revs}")
+    def _revisions_moved(self, moved: set[str]) -> None:
+        """A poll found new revisions of ``moved``: the clusters with an app on them run now."""
+        sources_of = {c: set(self.sources_of(c).values()) for c in self.fleet.names()}
+        revisions, _ = self.poller.latest()
+        for cluster, hit in triggered(sources_of, moved).items():
+            revs = ", ".join(f"{n} {revisions[n].short}" for n in hit)
+            self._schedule(cluster, datetime.now(UTC), f"new revision {revs}")
+
+    # -- one cluster's pass and its next wake ---------------------------------------
+
+    def _job(self, name: str) -> JobState:
+        """``name``'s job state (caller locks)."""
+        return self._jobs.get(name) or JobState()
 
     def reconcile(self, name: str) -> None:
         """One scheduled pass of ``name``: its apps that are due (every app after a ``sync``, a
@@ -557,49 +388,48 @@ class Daemon:
         was never polled waits for that first poll, which triggers the cluster."""
         if self.stopping or name not in self.fleet.status:
             return
-        with self._source_lock:
-            revisions = dict(self.revisions)
-            heard = self._polled | revisions.keys()
-        if not set(self._sources_of(name).values()) & revisions.keys():
+        revisions, heard = self.poller.latest()
+        if not set(self.sources_of(name).values()) & revisions.keys():
             return
-        st = self.fleet.status[name]
         if self.leases is not None and not self.leases.holds(name):
-            st.state, st.holder = PassState.STANDBY, self.leases.holder(name)
+            self.fleet.standby(name, self.leases.holder(name))
             self.metrics.lease_held.labels(name).set(0)
             return
         with self._lock:
-            self._in_job.add(name)
-            forced = name in self._forced
-            self._forced.discard(name)
-            woken = self._woken.pop(name, set())
+            self._jobs[name], forced, woken = self._job(name).begin()
         decision = self.fleet.schedule(name, revisions, self._timing, woken=woken, sources=heard)
-        due = [a.app for a in decision.apps] if forced else list(decision.due)
+        due = pass_apps(decision, forced=forced)
         if due:
-            results = self.fleet.run_apps(name, revisions, apps=due)
-            if self.page is not None:
-                subjects = {r.sha: r.subject for r in revisions.values()}
-                self.page.record_passes(results, subjects, may_write=self._may_write)
+            self._run(name, revisions, list(due))
             if self.stopping:
                 return
-            self._wake_health(name)
-            if failed := [r for r in results if not r.ok]:
-                log.warning(
-                    "apps failed; each backs off on its own",
-                    cluster=name,
-                    apps=[r.app for r in failed],
-                    error=failed[0].error,
-                )
         self._next_pass(name, heard)
+
+    def _run(self, name: str, revisions: dict[str, Revision], apps: list[str]) -> None:
+        """The pass of ``apps``: recorded for the page, the cluster's waits timed anew."""
+        results = self.fleet.run_apps(name, revisions, apps=apps)
+        if self.page is not None:
+            subjects = {r.sha: r.subject for r in revisions.values()}
+            self.page.record_passes(results, subjects, may_write=self._may_write)
+        if self.stopping:
+            return
+        self._wake_health(name)
+        if failed := [r for r in results if not r.ok]:
+            log.warning(
+                "apps failed; each backs off on its own",
+                cluster=name,
+                apps=[r.app for r in failed],
+                error=failed[0].error,
+            )
 
     def _next_pass(self, name: str, heard: set[str]) -> None:
         """Wake ``name``'s job at its earliest app due (plus jitter): each app on its own interval
         and backoff. A revision that arrived during the pass makes its apps due now."""
-        with self._source_lock:
-            revisions = dict(self.revisions)
+        revisions, _ = self.poller.latest()
         wake = self.fleet.schedule(name, revisions, self._timing, sources=heard).wake
         if wake is None:
             return
-        delay = max(0.0, wake.at - time.monotonic()) + random.uniform(0, wake.spread)
+        delay = wake_delay(wake, time.monotonic(), random.random())
         if wake.reason is DueReason.BACKOFF:
             log.warning("app backing off", cluster=name, app=wake.app, retry_in=round(delay, 2))
         why = wake.message(name_app=len(self.fleet.status[name].apps) > 1)
@@ -608,23 +438,20 @@ class Daemon:
     def _schedule(self, name: str, when: datetime, why: str) -> datetime:
         """Run ``name`` at ``when``; while its job runs, the request waits for the job's end."""
         with self._lock:
-            if name in self._in_job:
-                prev = self._queued.get(name)
-                if prev is None or when < prev[0]:
-                    self._queued[name] = (when, why)
-                return when
-        return self._modify(name, when, why)
-
-    def _modify(self, name: str, when: datetime, why: str) -> datetime:
-        job = self.scheduler.get_job(f"cluster:{name}")
-        st = self.fleet.status.get(name)
-        if job is None or st is None:
-            return when
-        job.modify(next_run_time=when)
-        st.next_run = when
-        st.schedule.append((datetime.now(UTC), (when - datetime.now(UTC)).total_seconds(), why))
-        self.metrics.next_run_at(name, when.timestamp())
+            self._jobs[name], now = self._job(name).request(Request(when, why))
+        if now is not None:
+            self._modify(name, now)
         return when
+
+    def _force(self, name: str, why: str) -> None:
+        """A pass of every app of ``name`` now."""
+        with self._lock:
+            self._jobs[name] = self._job(name).force()
+        self._schedule(name, datetime.now(UTC), why)
+
+    def _modify(self, name: str, request: Request) -> None:
+        if name in self.fleet.status and self.jobs.wake(f"cluster:{name}", request.when):
+            self.fleet.scheduled(name, request.when, request.why)
 
     def _job_done(self, event: JobExecutionEvent) -> None:
         """After a cluster's job returned (apscheduler counts it finished): apply what waited."""
@@ -632,48 +459,31 @@ class Daemon:
             return
         name = event.job_id.removeprefix("cluster:")
         with self._lock:
-            self._in_job.discard(name)
-            queued = self._queued.pop(name, None)
-        st = self.fleet.status.get(name)
+            self._jobs[name], queued = self._job(name).end()
         if queued is not None and not self.stopping:
-            self._modify(name, *queued)
-        elif st is not None and (job := self.scheduler.get_job(event.job_id)) is not None:
-            st.next_run = job.next_run_time  # no pass ran: the job's own interval stands
+            self._modify(name, queued)
+        elif name in self.fleet.status:
+            exists, when = self.jobs.next_run(event.job_id)
+            if exists:  # no pass ran: the job's own interval stands
+                self.fleet.next_run_is(name, when)
 
     def _lease_changed(self, name: str, held: bool) -> None:
         self.metrics.lease_held.labels(name).set(1 if held else 0)
         if held and self.notifier is not None:
             self.notifier.lease_acquired(name)
-        st = self.fleet.status.get(name)
-        if st is not None:
-            st.holder = self.leases.holder(name) if self.leases else ""
-            st.state = st.state if held else PassState.STANDBY
+        self.fleet.lease_changed(name, held, self.leases.holder(name) if self.leases else "")
         if held and self.page is not None:
             self.page.forget(name)  # another replica may have recorded it meanwhile
-        if held and self.revisions and not self.stopping:
-            with self._lock:
-                self._forced.add(name)
-            self._schedule(name, datetime.now(UTC), "lease acquired")
+        if held and self.poller.revisions and not self.stopping:
+            self._force(name, "lease acquired")
 
     # -- config reload ------------------------------------------------------------
 
-    def _stamp(self) -> tuple[int, int] | None:
-        try:
-            s = os.stat(self.config.file)
-        except OSError:
-            return None
-        return s.st_mtime_ns, s.st_size
-
     def check_reload(self) -> None:
-        stamp = self._stamp()
-        if stamp is None or stamp == self._config_stamp:
+        if not self._config_file.changed():
             return
-        self._config_stamp = stamp
         try:
-            new = load_config(self.config.file)
-            # A cluster whose kubeconfig is gone is refused now, not at its next pass; [agent]
-            # (the management cluster) changes only with a restart.
-            check_access(new, management=False)
+            new = self._config_file.load()
         except ConfigError as e:
             self.config_error = str(e)
             self.metrics.reloads.labels("error").inc()
@@ -684,15 +494,9 @@ class Daemon:
     def apply_config(self, new: Config) -> None:
         """Clusters added, removed or changed take effect now; removal never deletes anything there."""
         old = self.config
-        if new.agent != old.agent:
-            log.warning("[agent] settings changed; they take effect after a restart")
-            new = replace(new, agent=old.agent)
-        kept = ("notifications", "alerts", "receiver", "receivers")
-        if any(getattr(new, k) != getattr(old, k) for k in kept):
-            log.warning(
-                "[[notifications]], [alerts], [receiver] and [[receivers]] take effect after a restart"
-            )
-            new = replace(new, **{k: getattr(old, k) for k in kept})
+        new, warnings = carry_over(old, new)
+        for warning in warnings:
+            log.warning(warning)
         sources_changed = SourceSet.wanted(new) != SourceSet.wanted(old)
         added, removed, changed = self.fleet.update(new)
         self.config = new
@@ -706,40 +510,24 @@ class Daemon:
                 self._add_cluster_job(c)
             elif c.name in changed:
                 interval = self._interval(c)
-                self.scheduler.reschedule_job(
-                    f"cluster:{c.name}",
-                    trigger="interval",
-                    seconds=interval,
-                    jitter=interval * self.opts.jitter,
-                )
+                self.jobs.reschedule(f"cluster:{c.name}", interval, interval * self.opts.jitter)
         if self.leases is not None:
             self.leases.set_clusters(self.fleet.names())
-        if self.revisions:
+        if self.poller.revisions:
             # Refused entries too: removing or re-pointing the entry they collided with lifts the
             # refusal, and they should not wait out their backoff to find out.
             refused = [n for n, st in self.fleet.status.items() if st.state is PassState.REFUSED]
             for name in dict.fromkeys(added + changed + refused):
-                with self._lock:
-                    self._forced.add(name)
-                self._schedule(name, datetime.now(UTC), "config reloaded")
+                self._force(name, "config reloaded")
         self.config_error = None
         self.metrics.reloads.labels("ok").inc()
         log.info("config reloaded", added=added, removed=removed, changed=changed)
 
     def _replace_sources(self, fresh: SourceSet) -> None:
-        """Poll ``fresh`` from now on. A source whose settings changed keeps its last revision
-        in force until the new settings deliver one (as after a failed poll); a source no app
-        uses any more is forgotten."""
-        for name in self.sources.names:
-            self._remove_job(f"source:{name}")
-        with self._source_lock:
-            gone = set(self.sources.names) - set(fresh.names)
-            old, self.sources = self.sources, fresh
-            old.close()  # its Git workers: a poll of the old set still running fails, unread
-            for name in gone:
-                self.revisions.pop(name, None)
-                self.metrics.remove_source(name)
-            self.source_errors.clear()  # about the old settings; the first polls tell anew
+        """Poll ``fresh`` from now on (``SourcePoller.replace``), each source on a job of its own."""
+        for name in self.poller.sources.names:
+            self.jobs.remove(f"source:{name}")
+        self.poller.replace(fresh)
         for name in fresh.names:
             self._add_source_job(name)
         log.info("sources changed", sources=list(fresh.names))
@@ -751,7 +539,7 @@ class Daemon:
         grace = self.opts.grace if grace is None else grace
         self.stopping = True
         log.info("shutting down: no new passes; waiting for running ones", grace=grace)
-        self.scheduler.shutdown(wait=False)
+        self.jobs.shutdown()
         deadline = time.monotonic() + grace
         while self.fleet.running() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -771,7 +559,7 @@ class Daemon:
         if self.health is not None:
             self.health.stop()
         self.fleet.close()
-        self.sources.close()
+        self.poller.close()
         self._stop.set()
 
     def run_forever(self, *, grace: float | None = None) -> None:

@@ -64,7 +64,14 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        # In this order in ``/metrics``: the passes', the apps' and clusters' state, the sources'.
+        self._pass_series(self.registry)
+        self._state_series(self.registry)
+        self._source_series(self.registry)
+        self._revisions: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def _pass_series(self, r: CollectorRegistry) -> None:
         c = ["cluster", "app"]
         self.duration = Histogram(
             "gitops_agent_reconcile_duration_seconds",
@@ -112,6 +119,9 @@ class Metrics:
             c,
             registry=r,
         )
+
+    def _state_series(self, r: CollectorRegistry) -> None:
+        c = ["cluster", "app"]
         self.next_run = Gauge(
             "gitops_agent_cluster_next_run_timestamp_seconds",
             "Unix time of the cluster's next scheduled pass.",
@@ -151,6 +161,8 @@ class Metrics:
             c,
             registry=r,
         )
+
+    def _source_series(self, r: CollectorRegistry) -> None:
         s = ["source"]
         self.fetch_duration = Histogram(
             "gitops_agent_source_fetch_duration_seconds", "Duration of one source poll.", s, registry=r
@@ -172,8 +184,6 @@ class Metrics:
         self.reloads = Counter(
             "gitops_agent_config_reloads_total", "Config reloads by result.", ["result"], registry=r
         )
-        self._revisions: dict[tuple[str, str], str] = {}
-        self._lock = threading.Lock()
 
     def record(self, result: ClusterResult) -> None:
         c = (result.cluster, result.app or result.cluster)

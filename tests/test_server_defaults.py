@@ -315,3 +315,73 @@ spec:
     assert entry["action"] == "conflict" and entry["diff"] == "", entry
     assert "kube-controller-manager" in json.dumps(entry["conflicts"]), entry
     assert code == 1  # a yield is shown as a difference, as the plan's own conflicts are
+
+
+def test_a_conflict_of_spelling_only_after_taking_over_a_helm_release_is_no_change(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    """Objects Helm created (its manager, Update operations) and Git declares with the same values
+    spelled otherwise: sealed-secrets' RBAC subject with ``apiGroup: ""`` (the server drops it) and
+    a chart's ``annotations: null`` beside Helm's annotations. Values that only differ in spelling
+    are yielded conflicts to the local plan; a forced dry-run of Git's whole object stores nothing
+    but ownership, so they are no change: not reported every pass, the diff is clean. A real
+    difference held by the other manager stays a conflict (the autoscaler test above)."""
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("defaults-helm")
+    git = f"""apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: rb, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}}
+subjects: [{{apiGroup: "", kind: ServiceAccount, name: sa, namespace: {ns}}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cm
+  namespace: {ns}
+  annotations: null
+data: {{k: v}}
+"""
+    helm = {"app.kubernetes.io/managed-by": "Helm"}
+    release = {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": ns}
+    cfg = write_config(tmp_path, make_repo(tmp_path, {"clusters/pool-a/stack.yaml": git}), {"pool-a": a})
+    client = KubeClient.from_config(cfg.clusters[0])
+    try:
+        kubectl(a.kubeconfig, "create", "namespace", ns)
+        for manifest in (
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "rb", "namespace": ns, "labels": helm, "annotations": release},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+                "subjects": [{"apiGroup": "", "kind": "ServiceAccount", "name": "sa", "namespace": ns}],
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "cm", "namespace": ns, "labels": helm, "annotations": release},
+                "data": {"k": "v"},
+            },
+        ):
+            client.create(client.resource_for(manifest), manifest, field_manager="helm")
+    finally:
+        client.close()
+    agent = e2e.agent(cfg)
+    assert agent.reconcile()["pool-a"].ok
+    for n in range(2):
+        with counting(a) as counted:
+            result = agent.reconcile()["pool-a"]
+        assert result.ok, result
+        assert result.conflicts == [] and [r for r in result.results if r.yielded] == [], result.results
+        assert {r.outcome for r in result.results} == {Outcome.UNCHANGED}, result.results
+        assert counted.writes == {}, counted.requests.by_resource
+        if n:  # remembered: the same live version costs no request
+            assert all(k.startswith("LIST ") for k in counted.requests.by_resource), counted.requests
+    code, doc = run_diff(agent.config)
+    assert code == 0, doc
+    annotations = json.loads(kubectl(a.kubeconfig, "get", "configmap", "cm", "-n", ns, "-o", "json"))
+    assert annotations["metadata"]["annotations"] == release  # Helm's stay

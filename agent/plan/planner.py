@@ -538,6 +538,14 @@ def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOption
     return body
 
 
+def whole_body(desired: DesiredObject, options: PlanOptions) -> Manifest:
+    """Git's manifest as a forced apply would send it, nothing yielded (ignored paths still
+    left out): what ``reconcile.confirm`` dry-runs to tell a conflict of spelling from one of values."""
+    group, version = split_api_version(desired.api_version)
+    node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
+    return _clean(desired.manifest, _pointer_paths(desired.manifest, IGNORE_FIELDS, node), node)
+
+
 def summary_line(plan_: Plan) -> str:
     """``create 1, update 2, noop 40, ...`` for logs."""
     return ", ".join(f"{k} {v}" for k, v in plan_.summary().items() if v)
@@ -555,4 +563,5 @@ __all__ = [
     "request_body",
     "send_body",
     "summary_line",
+    "whole_body",
 ]

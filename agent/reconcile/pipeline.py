@@ -44,7 +44,7 @@ from agent.model import (
     PruneRefusal,
     SkipReason,
 )
-from agent.plan.planner import expected_object, request_body
+from agent.plan.planner import expected_object, request_body, whole_body
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
 from agent.reconcile.apps import Assignment, Declared, assign, dependency_order
 from agent.reconcile.live import GroupKind, LiveState
@@ -93,6 +93,10 @@ class AppPlan:
     def body(self, change: Change) -> Manifest | None:
         """The request an apply of ``change`` sends (secrets unmasked)."""
         return request_body(change, self.by_key[change.key])
+
+    def whole(self, obj: DesiredObject) -> Manifest:
+        """Git's whole body for ``obj``, as a forced apply sends it (``confirm`` checks conflicts)."""
+        return whole_body(obj, self.ready.options)
 
     def prune(self, client: KubeClient) -> list[ApplyResult]:
         """Carry out the prune decision (a dry run's deletes are previews: ``prune_options``)."""

@@ -257,7 +257,7 @@ class ClusterReconciler(ClusterPipeline):
             field_manager=self.field_manager, dry_run=dry_run, concurrency=self.cluster.settings.concurrency
         )
         client = self.client_for(run.app)
-        the_plan = confirm_plan(client, ap.plan, ap.verdicts, self.memo(run.name), apply_opts)
+        the_plan = confirm_plan(client, ap.plan, ap.verdicts, self.memo(run.name), apply_opts, whole=ap.whole)
         if not dry_run:
             self.create_namespace(run.app, ap.by_key)  # create_namespace: before anything is applied
             self._widen(ap)

@@ -34,7 +34,8 @@ class Verdict:
     conflicts: tuple[AppConflict, ...] = ()
     #: Left to another app by the pass (not planned): not a member of this app.
     passed: bool = False
-    #: Of an update: the live object's digest, which a dry-run's answer is compared with
+    #: Of an update: the live object's digest (``digest``); of a conflict: its digest without
+    #: ``managedFields`` (``content_digest``). A dry-run's answer is compared with it
     #: (``reconcile.confirm``); the pass does not keep the live object itself.
     live_digest: str = ""
 
@@ -94,7 +95,13 @@ class NoopMemo:
             if live is None:
                 out.append(Verdict(app, obj, slim(change), None))
                 continue
-            live_digest = digest(live) if change.action is Action.UPDATE else ""
+            live_digest = (
+                digest(live)
+                if change.action is Action.UPDATE
+                else content_digest(live)
+                if change.action is Action.CONFLICT
+                else ""
+            )
             out.append(Verdict(app, obj, slim(change), version(live), live_digest=live_digest))
         return out
 
@@ -142,6 +149,14 @@ def _same(a: DesiredObject, b: DesiredObject) -> bool:
 def version(live: Manifest) -> tuple[str, str]:
     meta = live.get("metadata") or {}
     return str(meta.get("resourceVersion") or ""), str(meta.get("uid") or "")
+
+
+def content_digest(obj: Manifest) -> str:
+    """``digest`` of the object without ``metadata.managedFields``: what it holds, whoever owns it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return digest(obj)
 
 
 def digest(obj: Manifest) -> str:

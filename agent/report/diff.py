@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from agent.apply.ssa import immutable_fields_text, immutable_message
+from agent.apply.ssa import ApplyOptions, immutable_fields_text, immutable_message
 from agent.config.types import DEFAULT_SOURCE, AppConfig, ClusterConfig, Config
 from agent.errors import AccessDenied, AgentError, ApiError
 from agent.kube.client import KubeClient
@@ -220,6 +220,20 @@ def _report(rec: ClusterReconciler, ap: AppPlan) -> AppReport:
     secrets = secret_strings([o.manifest for o in ap.by_key.values()] + list(live.objects.values()))
     quiet: set[ObjectKey] = set()
     changes = tuple(_left_to_owner(c, v) for c, v in zip(ap.plan.changes, _by_change(ap), strict=True))
+    # A conflict of spelling only (the server stores Git's values as live holds them) is no
+    # change, as the pass finds it: checked with the same forced dry-run.
+    options = ApplyOptions(
+        field_manager=rec.field_manager, dry_run=True, concurrency=rec.cluster.settings.concurrency
+    )
+    changes = confirm.confirm_plan(
+        client,
+        replace(ap.plan, changes=changes),
+        ap.verdicts,
+        rec.memo(run.name),
+        options,
+        whole=ap.whole,
+        actions=(Action.CONFLICT,),
+    ).changes
     objects = _confirm(rec, client, changes, ap, secrets, api, quiet)
     for result in ap.prune(client):
         objects.append(_prune_report(result, live, secrets))

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--capacity-objects", type=int, default=500, help="benchmark 11: objects per cluster")
     ap.add_argument("--capacity-apps", type=int, default=5, help="benchmark 11: apps per cluster")
-    ap.add_argument("--corpus-reps", type=int, default=5, help="benchmark 12: timed renders per app and tool")
+    ap.add_argument("--corpus-reps", type=int, default=7, help="benchmark 12: timed renders per app and tool")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument(

@@ -508,12 +508,19 @@ def corpus_section(results: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
+        "A chart's or a kustomization's render is its tool's run plus reading the tool's whole "
+        "output as objects, which the tool itself only prints: large output (CRDs) is what keeps "
+        "them over the target (`benchmarks/README.md`, profiling notes).",
+        "",
         f"Steady state: after one applying pass ({first['seconds']:.3f} s, {_req(first['requests'])}), "
         f"two passes counted at the server; kinds = {c['kinds']} distinct kinds the apps declare. "
         "Two objects are refused by cert-manager's webhook, which has no Pod to answer on this "
         "cluster (otel's Certificate and Issuer, named in tests/test_corpus.py); the agent tries "
         "them again every pass and records an Event about each failure: the requests these cost "
-        "(their applies; GET, POST and PATCH of events) are counted apart.",
+        "(their applies; GET, POST and PATCH of events) are counted apart. The second pass "
+        "confirms with a server-side dry-run the changes its plan saw in objects the server "
+        "defaulted (`APPLY(dry-run)`) and remembers them as no-ops; from the third on, a pass "
+        "sends none.",
         "",
         "| pass | time | objects written | write requests | requests | of them for the refused objects "
         "| target | target without the refused objects' requests |",

@@ -3,10 +3,11 @@
 Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``prune`` (1 and a prune of 10%),
 ``kube`` (1+2+3 and the prune), ``memory`` (4),
 ``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10),
-``capacity`` (11), ``all``; and
+``capacity`` (11), ``corpus`` (12), ``all``; and
 ``chaos`` (not in ``all``: the chaos and soak run, ``benchmarks/chaos``, docs/reliability.md). Prints a
 table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
-(git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md``. Local control
+(git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md`` (``corpus``
+alone: only its own section of it, the rest kept). Local control
 planes are started under a temporary directory and deleted at the end, whatever happens.
 """
 
@@ -29,6 +30,7 @@ from agent.run import heap
 from benchmarks import (
     bench_apps,
     bench_capacity,
+    bench_corpus,
     bench_git,
     bench_health,
     bench_isolation,
@@ -38,7 +40,7 @@ from benchmarks import (
     bench_page,
     harness,
 )
-from benchmarks.markdown import render
+from benchmarks.markdown import render, with_section
 
 HERE = Path(__file__).resolve().parent
 KUBE_PARTS = {
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         "command",
         choices=[
             *KUBE_PARTS,
-            *("memory", "git", "isolation", "apps", "health", "page", "notify", "capacity", "all"),
+            *("memory", "git", "isolation", "apps", "health", "page", "notify", "capacity", "corpus", "all"),
             "chaos",
         ],
     )
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--capacity-objects", type=int, default=500, help="benchmark 11: objects per cluster")
     ap.add_argument("--capacity-apps", type=int, default=5, help="benchmark 11: apps per cluster")
+    ap.add_argument("--corpus-reps", type=int, default=7, help="benchmark 12: timed renders per app and tool")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument(
@@ -146,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--capacity-clusters must list fleet sizes of at least 1")
     if args.capacity_apps < 1 or args.capacity_objects < args.capacity_apps:
         ap.error("--capacity-apps must be at least 1 and --capacity-objects at least --capacity-apps")
+    if args.corpus_reps < 1:
+        ap.error("--corpus-reps must be at least 1")
     if args.health_apps < 1 or args.deployments_per_app < 1:
         ap.error("--health-apps and --deployments-per-app must be at least 1")
 
@@ -198,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                 apps=args.capacity_apps,
                 reps=args.reps,
             )
+        if cmd in ("corpus", "all"):
+            results["corpus"] = bench_corpus.run(root, reps=args.corpus_reps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
@@ -207,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     text = render(results)
     (args.out / f"{args.command}-{stamp}.md").write_text(text)
     if args.docs:
-        (HERE.parent / "docs" / "benchmarks.md").write_text(text)
+        docs = HERE.parent / "docs" / "benchmarks.md"
+        if args.command == "corpus" and docs.exists():  # its section alone, the other figures kept
+            text = with_section(docs.read_text(), results)
+        docs.write_text(text)
     print(f"\nwrote {args.out / f'{args.command}-{stamp}.json'} ({results['seconds']}s in all)")
     return 0
 

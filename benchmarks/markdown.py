@@ -228,6 +228,8 @@ def render(results: dict[str, Any]) -> str:
         lines += _notify(results["notify"])
     if "capacity" in results:
         lines += capacity_section(results["capacity"])
+    if "corpus" in results:
+        lines += corpus_section(results)
     lines += [
         "## Reading these numbers",
         "",
@@ -469,6 +471,86 @@ def capacity_section(cap: dict[str, Any]) -> list[str]:
         )
     lines += ["", "Assumptions:", "", *(f"- {a}" for a in m["assumptions"]), ""]
     return lines
+
+
+CORPUS_HEADING = "## Real-world corpus"
+
+
+def corpus_section(results: dict[str, Any]) -> list[str]:
+    """Benchmark 12: render time per corpus app against its own tool, and the steady pass."""
+    c, m = results["corpus"], results["machine"]
+    first = c["first_pass"]
+    lines = [
+        f"{CORPUS_HEADING} (`../shared/corpus`, {c['apps']} apps on one cluster)",
+        "",
+        f"Run `python -m benchmarks corpus --corpus-reps {c['reps']}` on "
+        f"{results['started'][:19].replace('T', ' ')} UTC ({m['nproc']} CPUs, Python {m['python']}, "
+        f"kubectl {m['kubectl']}): the stacks of tests/test_corpus.py with its settings "
+        "(`benchmarks/corpus.py`). Render: the agent's `render` of each app (its YAML dump excluded; "
+        "charts for the pinned release, as `gitops-agent render`) and the reference on the same "
+        f"checkout, each warmed up once, then {c['reps']} runs alternating which goes first; "
+        "ratio of the medians (of the minimums beside). kubectl runs against the benchmark's cluster "
+        "(it maps kinds through discovery) with `--validate=false`: its default validation fetches "
+        "OpenAPI schemas from the server, which the agent's render does not "
+        "(`benchmarks/bench_corpus.py`).",
+        "",
+        "| app | source | objects | agent (median, min) | reference | reference (median, min) "
+        "| ratio (of minimums) | target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in c["render"]:
+        a, ref = r["agent_seconds"], r["reference_seconds"]
+        lines.append(
+            f"| {r['app']} (`{r['path']}`) | {r['source']} | {r['objects']} "
+            f"| {a['median']:.3f} s, {a['min']:.3f} s | `{r['reference']}` "
+            f"| {ref['median']:.3f} s, {ref['min']:.3f} s | x{r['time_ratio']} (x{r['min_ratio']}) "
+            f"| {r['target']}: {_met(r)} |"
+        )
+    lines += [
+        "",
+        "A chart's or a kustomization's render is its tool's run plus reading the tool's whole "
+        "output as objects, which the tool itself only prints: large output (CRDs) is what keeps "
+        "them over the target (`benchmarks/README.md`, profiling notes).",
+        "",
+        f"Steady state: after one applying pass ({first['seconds']:.3f} s, {_req(first['requests'])}), "
+        f"two passes counted at the server; kinds = {c['kinds']} distinct kinds the apps declare. "
+        "Two objects are refused by cert-manager's webhook, which has no Pod to answer on this "
+        "cluster (otel's Certificate and Issuer, named in tests/test_corpus.py); the agent tries "
+        "them again every pass and records an Event about each failure: the requests these cost "
+        "(their applies; GET, POST and PATCH of events) are counted apart. The second pass "
+        "confirms with a server-side dry-run the changes its plan saw in objects the server "
+        "defaulted (`APPLY(dry-run)`) and remembers them as no-ops; from the third on, a pass "
+        "sends none.",
+        "",
+        "| pass | time | objects written | write requests | requests | of them for the refused objects "
+        "| target | target without the refused objects' requests |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in c["steady"]:
+        a = r["agent"]
+        writes = ", ".join(f"{k} {n}" for k, n in r["write_requests"].items()) or "0"
+        lines.append(
+            f"| {r['metric']} | {a['seconds']:.3f} s | {r['objects_written']} "
+            f"| {writes} | {_req(a['requests'])} | {r['refused_requests']} | {r['target']}: {_met(r)} "
+            f"| {_met(r, 'met_but_refused')} |"
+        )
+    by_resource = ", ".join(f"{k} {n}" for k, n in c["steady"][-1]["by_resource"].items())
+    return [*lines, "", f"Requests of the {c['steady'][-1]['metric']} by resource: {by_resource}.", ""]
+
+
+def with_section(document: str, results: dict[str, Any]) -> str:
+    """``document`` (docs/benchmarks.md) with its corpus section replaced by ``results``', or added
+    before "Reading these numbers"; everything else kept as it is."""
+    section = "\n".join(corpus_section(results))
+    start = document.find(f"\n{CORPUS_HEADING}")
+    if start < 0:
+        start = end = document.find("\n## Reading these numbers")
+        if start < 0:
+            start = end = len(document)
+    else:
+        end = document.find("\n## ", start + 1)
+        end = len(document) if end < 0 else end
+    return f"{document[:start]}\n{section}{document[end:]}"
 
 
 def _targets(results: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ holds at any size (for one app per cluster and for many apps on one).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ import pytest
 from agent.config.load import load_config
 from agent.config.types import ClusterSettings
 from agent.dev.process import LocalCluster, Pids, Ports
-from benchmarks import bench_apps, bench_kube, harness, workload
+from benchmarks import bench_apps, bench_corpus, bench_kube, harness, workload
 from benchmarks.__main__ import main
 from benchmarks.bench_kube import initial_row
-from benchmarks.markdown import render
+from benchmarks.markdown import render, with_section
 from tests import clusters
 
 
@@ -154,6 +155,48 @@ def test_flux_targets_are_judged_from_2000_objects_on_median_initial_throughput_
     md = render(results)
     assert "- initial apply against Flux's engine, 2000 objects: met — throughput >= 1x Flux's engine" in md
     assert "throughput x1.10 (0.90\N{EN DASH}1.20, 3 reps)" in harness.format_row(2000, row)
+
+
+def test_corpus_rows_judge_the_median_render_ratio_and_steady_requests_with_and_without_refused_objects() -> (
+    None
+):
+    # Medians 0.3 and 0.2 (ratio 1.5, missed); minimums 0.1 and 0.2 (ratio 0.5).
+    row = bench_corpus.render_row("cert-manager", 50, [0.3, 0.1, 0.4], [0.2, 0.25, 0.2])
+    assert (row["time_ratio"], row["min_ratio"], row["met"]) == (1.5, 0.5, False)
+    assert row["reference"] == "helm template" and row["source"] == "chart"
+    assert bench_corpus.render_row("argo-cd", 59, [0.3], [0.3])["met"]
+    assert bench_corpus.render_row("otel", 20, [1.0], [1.0])["reference"] == "kustomize build"
+    # 26 kinds: 31 requests allowed; the refused objects' applies and Events cost 5 more.
+    by_resource = {"LIST configmaps": 27, "GET namespaces": 4, "APPLY certificates": 1, "POST events": 4}
+    requests = harness.Requests(Counter({"LIST": 27, "GET": 4, "APPLY": 1, "POST": 4}), Counter(by_resource))
+    steady = bench_corpus.steady_row("third pass", harness.Measured(0.4, requests), {"unchanged": 270}, 26)
+    assert (steady["met"], steady["met_but_refused"], steady["refused_requests"]) == (False, True, 5)
+    assert steady["objects_written"] == 0 and steady["write_requests"] == {
+        "APPLY certificates": 1,
+        "POST events": 4,
+    }
+    written = bench_corpus.steady_row("second pass", harness.Measured(0.4, requests), {"configured": 1}, 26)
+    assert not written["met"] and not written["met_but_refused"]
+    results = {
+        "command": "corpus",
+        "started": "2026-01-01T00:00:00",
+        "seconds": 1.0,
+        "machine": {"nproc": 2, "cpu": "x", "memory_gb": 1, "python": "3", "kubectl": "v", "git": "g"},
+        "corpus": {
+            "apps": 6,
+            "reps": 3,
+            "kinds": 26,
+            "first_pass": {"seconds": 9.0, "requests": {"total": 0, "by_verb": {}}},
+            "render": [row],
+            "steady": [steady],
+        },
+    }
+    doc = "# Benchmarks\n\n## Capacity\n\nkept\n\n## Reading these numbers\n\n- kept too\n"
+    once = with_section(doc, results)
+    assert "| cert-manager (`cert-manager-chart`) | chart | 50 |" in once and "x1.5 (x0.5)" in once
+    assert once.index("## Capacity") < once.index("## Real-world corpus") < once.index("## Reading")
+    assert with_section(once, results) == once  # a second run replaces its section, keeps the rest
+    assert "## Real-world corpus" in render(results)
 
 
 def test_benchmarks_refuse_to_start_without_the_flux_engine_and_name_the_fix(

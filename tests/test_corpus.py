@@ -1,10 +1,11 @@
 """The real-world corpus (../shared/corpus, unmodified) as six apps of one local cluster.
 
-kube-prometheus (its CRDs as an app of their own), the cert-manager and ingress-nginx charts,
-argo-cd's install.yaml and the opentelemetry-operator kustomization: what platform teams install
-first. The settings a user would give live here, never in the corpus: cert-manager's
-`crds.enabled: true` (a values file of the test's repository), argo-cd's `default_namespace`,
-`create_namespace` for the charts' release namespaces, otel depending on cert-manager.
+The stacks, the settings a user would give them and the objects a webhook without Pods refuses
+are ``benchmarks/corpus.py``'s (shared with the corpus benchmark): kube-prometheus (its CRDs as
+an app of their own), the cert-manager and ingress-nginx charts, argo-cd's install.yaml and the
+opentelemetry-operator kustomization, with cert-manager's `crds.enabled: true` (a values file of
+the test's repository), argo-cd's `default_namespace`, `create_namespace` for the charts' release
+namespaces, otel depending on cert-manager.
 
 Each stack must render as its reference renders it (``helm template``, ``kustomize build``, the
 plain files, each read as Kubernetes reads YAML), apply in one pass, and then be quiet: the
@@ -12,7 +13,7 @@ next pass writes nothing, the one after sends no request for unchanged objects, 
 nothing to do; a realistic change applies only itself and a removal prunes only its object.
 Two objects cannot be created on a cluster whose Pods do not run: cert-manager's webhook
 admits cert-manager.io objects (otel's Certificate and Issuer), and it has no Pod to answer.
-They are named here (``WEBHOOK_BLOCKED``), never a reason to leave a stack out.
+They are named (``WEBHOOK_BLOCKED``), never a reason to leave a stack out.
 
 A fresh cluster of its own: the stacks install webhooks, an APIService and many CRDs, which
 must not reach the tests that share the pool clusters.
@@ -21,7 +22,6 @@ must not reach the tests that share the pool clusters.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -32,52 +32,18 @@ from typing import Any
 
 import pytest
 
+from agent.config.load import load_config
 from agent.config.types import Config
 from agent.dev.process import LocalCluster
-from agent.model import ClusterResult, ObjectKey, Outcome
-from agent.render.binaries import tool
-from tests.agentkit import E2E, Repo, make_repo
-from tests.appkit import AppsAgent, counting, write_apps_config
+from agent.model import ClusterResult, Outcome
+from agent.plan.release import pinned_version
+from benchmarks import corpus
+from benchmarks.corpus import APPS, WEBHOOK_BLOCKED
+from tests.agentkit import E2E, Repo, config_head, make_repo, unique
+from tests.appkit import AppsAgent, counting
 from tests.yamlkit import kubernetes_reads
 
 pytestmark = pytest.mark.cluster
-
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpus"
-KUBE_VERSION = re.search(r"^KUBERNETES_VERSION=v?(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.M)
-CERT_MANAGER_VALUES = "crds:\n  enabled: true\n"
-
-APPS: list[dict[str, Any]] = [
-    {"name": "kp-setup", "path": "kube-prometheus/setup"},
-    {
-        "name": "kube-prometheus",
-        "path": "kube-prometheus",
-        "exclude": ["kube-prometheus/setup/**"],
-        "depends_on": ["kp-setup"],
-    },
-    {"name": "cert-manager", "path": "cert-manager-chart", "create_namespace": True},
-    {"name": "ingress-nginx", "path": "ingress-nginx-chart", "create_namespace": True},
-    {"name": "argo-cd", "path": "argo-cd", "default_namespace": "argocd", "create_namespace": True},
-    {"name": "otel", "path": "opentelemetry-operator/default", "depends_on": ["cert-manager"]},
-]
-HELM = {
-    "cert-manager": ("cert-manager-chart", "cert-manager", ["values/cert-manager.yaml"]),
-    "ingress-nginx": ("ingress-nginx-chart", "ingress-nginx", []),
-}
-WEBHOOK_BLOCKED = {
-    ObjectKey(
-        "cert-manager.io",
-        "Certificate",
-        "opentelemetry-operator-system",
-        "opentelemetry-operator-serving-cert",
-    ),
-    ObjectKey(
-        "cert-manager.io",
-        "Issuer",
-        "opentelemetry-operator-system",
-        "opentelemetry-operator-selfsigned-issuer",
-    ),
-}
 
 
 @dataclass
@@ -90,15 +56,6 @@ class Stacks:
     first: dict[str, ClusterResult]
 
 
-def _corpus_files() -> dict[str, str]:
-    """Every file of the corpus, by its path in the test's repository (the corpus's own layout)."""
-    out = {}
-    for p in sorted(CORPUS.rglob("*")):
-        if p.is_file() and p.name != "SOURCES.md":
-            out[str(p.relative_to(CORPUS))] = p.read_text()
-    return out
-
-
 @pytest.fixture(scope="module")
 def stacks(tmp_path_factory: pytest.TempPathFactory, cluster_state_dir: Path) -> Iterator[Stacks]:
     from tests import clusters
@@ -107,7 +64,7 @@ def stacks(tmp_path_factory: pytest.TempPathFactory, cluster_state_dir: Path) ->
     cluster = clusters.start("corpus", cluster_state_dir)
     undo = E2E(None)
     try:
-        files = {**_corpus_files(), "values/cert-manager.yaml": CERT_MANAGER_VALUES}
+        files = corpus.repository_files()
         repo = _repo(tmp, files)
         cfg = _config(tmp, repo, cluster)
         agent = AppsAgent(cfg)
@@ -131,29 +88,21 @@ def _commit(repo: Repo, files: dict[str, str]) -> str:
 
     if repo.work.exists():
         shutil.rmtree(repo.work)
-    for rel, text in files.items():
-        f = repo.work / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(text)
+    corpus.write_tree(repo.work, files)
     return commit_directory(repo.path, repo.work, "corpus")
 
 
 def _config(tmp: Path, repo: Repo, cluster: LocalCluster) -> Config:
-    apps = [dict(a) for a in APPS]
-    cfg = write_apps_config(tmp, repo, cluster, apps, cluster_name="corpus")
-    text = Path(cfg.file).read_text()
-    for app, (chart, namespace, values) in HELM.items():
-        block = f'name = "{app}"\n'
-        helm = f'\n[apps.helm]\nchart = "{chart}"\nnamespace = "{namespace}"\n'
-        helm += f"values_files = {json.dumps(values)}\n"
-        start = text.index(block)
-        end = text.find("\n[[apps]]", start)
-        end = len(text) if end < 0 else end
-        text = text[:end] + helm + text[end:]
-    Path(cfg.file).write_text(text)
-    from agent.config.load import load_config
-
-    return load_config(Path(cfg.file))
+    lines = [
+        *config_head(tmp, repo, unique("agent")),
+        "[[clusters]]",
+        'name = "corpus"',
+        f'kubeconfig = "{cluster.kubeconfig}"',
+        *corpus.apps_toml("corpus"),
+    ]
+    path = tmp / "corpus.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_config(path)
 
 
 # -- render parity ---------------------------------------------------------------------------
@@ -161,23 +110,10 @@ def _config(tmp: Path, repo: Repo, cluster: LocalCluster) -> Config:
 
 def _reference(app: str, work: Path) -> str:
     """What the stack's own tool renders (or the plain files), as a YAML stream."""
-    if app in HELM:
-        chart, namespace, values = HELM[app]
-        assert KUBE_VERSION is not None
-        argv = [str(tool("helm")), "template", app, str(work / chart), "--namespace", namespace]
-        argv += ["--kube-version", KUBE_VERSION.group(1), "--skip-tests"]
-        for v in values:
-            argv += ["-f", str(work / v)]
-        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
-    if app == "otel":
-        argv = [str(tool("kustomize")), "build", str(work / "opentelemetry-operator" / "default")]
-        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
-    folder = {
-        "kp-setup": "kube-prometheus/setup",
-        "kube-prometheus": "kube-prometheus",
-        "argo-cd": "argo-cd",
-    }[app]
-    return "\n---\n".join(p.read_text() for p in sorted((work / folder).glob("*.yaml")))
+    if app in corpus.PLAIN:
+        return "\n---\n".join(p.read_text() for p in corpus.plain_files(app, work))
+    argv = corpus.reference_argv(app, work, pinned_version())
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
 
 
 def _objects(stream: str, default_namespace: str | None = None) -> dict[tuple[str, str, str], Any]:

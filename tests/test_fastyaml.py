@@ -37,6 +37,9 @@ ORDINARY = [
     "",
     "key with spaces: v\n? complex\n: value\n",
     "script: |\n  if ! command -v jq; then exit 1; fi\nnote: wow! [a, b!]\n",  # no bare "!" tag
+    # CRD text: "*" and "&" in descriptions and CEL rules are neither aliases nor anchors
+    "description: '*optional*, see **Foo** & Bar'\n"
+    "rule: self.a && !has(self.b) || self.c != 'x'\nglob: a/*\n",
 ]
 
 HANDED_OVER = {
@@ -44,6 +47,9 @@ HANDED_OVER = {
     "undefined variable": "a: ${MISSING}\n",
     "malformed reference": "a: ${a-b}\n",
     "alias": "a: &x {b: 1}\nc: *x\n",
+    "alias of a scalar": "a: &x 1\nb: *x\n",
+    "alias as a key": "a: &k x\n*k : 1\n",
+    "alias in a later document": "a: 1\n---\nb: &x [1]\nc: [*x, *x]\n",
     "merge key": "base: &b {a: 1}\nspec:\n  <<: *b\n",
     "null key": "~: a\n",
     "bare ! tag (Kubernetes: a string, libyaml: resolved)": "u: ! ${N}\nq: ! 1\n",

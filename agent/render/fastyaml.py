@@ -22,6 +22,7 @@ without an explicit tag gets its tag resolved again, so ``replicas: ${N}`` is an
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Mapping
@@ -54,9 +55,15 @@ _TYPED = frozenset({yamltypes.INT, yamltypes.FLOAT, yamltypes.BOOL, yamltypes.NU
 # Where a node starts: a line's start, after an indicator (": ", "- ", "? ", "[", "{", ",") or
 # an anchor; so a shell "if ! cmd" in a block scalar does not hand a file over.
 _BARE_TAG = re.compile(r"(?:^|[:\-?\[{,]|&\S+)[ \t]*!(?=[\s,\]}]|$)", re.MULTILINE)
+# A "!" standing alone (what ``_BARE_TAG`` ends with), found first: tried at every position of a
+# large stream, ``_BARE_TAG``'s alternatives took as long as building the stream's values.
+_LONE_BANG = re.compile(r"!(?=[\s,\]}]|$)")
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _PLAIN = (None, "")  # ScalarNode.style of a plain scalar (libyaml: "", PyYAML: None)
+#: Strings up to this length are interned (one "apps/v1" for every object held, not one each).
+_INTERNED = 32
+_intern = sys.intern
 
 #: (value, index in the stream, first line, {id(dict): line}) per document.
 FastDocument = tuple[Any, int, int, dict[int, int]]
@@ -71,10 +78,23 @@ if AVAILABLE:
 
     _CParser: Any = cyaml.__dict__["CParser"]  # not in cyaml's __all__, and untyped
 
+    #: The resolver's answer, without a Python call when it is known: libyaml's composer asks it
+    #: for every node, and the same scalars recur (``type: string``, ``true``, ``apps/v1``). The
+    #: resolver holds no state its answer depends on (no path resolvers), so one serves all.
+    _cached_resolve = functools.lru_cache(maxsize=4096)(yamltypes.Resolver().resolve)
+
     class _Composer(_CParser, yamltypes.Resolver):  # type: ignore[misc]
         def __init__(self, text: str) -> None:
             _CParser.__init__(self, text)
             yamltypes.Resolver.__init__(self)
+            self.resolve = _cached_resolve  # type: ignore[method-assign]  # per instance, on purpose
+            #: Nodes composed since it was last set to 0 (an alias composes none: it is its anchor's).
+            self.composed = 0
+
+        def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+            # libyaml's composer calls this once for every node it makes, never for an alias; the
+            # resolver has no path resolvers, the only use PyYAML has for it.
+            self.composed += 1
 
 
 def load(
@@ -85,7 +105,7 @@ def load(
     ``max_nodes``, ``max_depth``: a document with more nodes, or more levels (the root is level 1),
     is handed over too (the reference loader refuses it).
     """
-    if not AVAILABLE or not _shallow(text) or ("!" in text and _BARE_TAG.search(text)):
+    if not AVAILABLE or not _shallow(text) or _bare_tag(text):
         return None
     walk = _Walk(text, max_nodes, max_depth)
     substituting = variables is not None and "${" in text
@@ -94,22 +114,32 @@ def load(
     docs: list[FastDocument] = []
     try:
         while composer.check_node():
+            composer.composed = 0
             node = composer.get_node()
             walk.lines, walk.nodes, walk.depth = {}, 0, 0
-            if walk.seen is not None:
-                walk.seen = set()  # ids of an earlier document's freed nodes are reused
             if substituting:
                 assert variables is not None
                 skip = opted_out(node) if may_opt_out else set()
                 if substitute_tree(node, variables, walk.plain, skip):
                     raise _Handover  # the reference loader reports them, at their lines
             value = walk.build(node)
+            if walk.nodes != composer.composed:
+                raise _Handover  # an alias made a node reachable twice: the reference loader sizes those
             docs.append((value, len(docs), node.start_mark.line + 1, walk.lines))
     except (_Handover, yaml.YAMLError, RecursionError, ValueError, TypeError, KeyError):
         return None  # the reference loader says what is wrong, in its own words and places
     finally:
         composer.dispose()
     return docs
+
+
+def _bare_tag(text: str) -> bool:
+    """Whether ``_BARE_TAG`` matches in ``text``: tried only on the line of each lone "!" found."""
+    for m in _LONE_BANG.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        if _BARE_TAG.search(text, start, m.end() + 1):
+            return True
+    return False
 
 
 def _shallow(text: str) -> bool:
@@ -178,7 +208,11 @@ def indent_bound(document: str) -> int:
 
 
 class _Walk:
-    """Builds one document's value from its node tree: types, duplicate keys, lines."""
+    """Builds one document's value from its node tree: types, duplicate keys, lines.
+
+    Each node visited is counted; ``load`` compares the count with the nodes libyaml composed, so
+    a node reached twice (an alias) hands the stream over, and ``max_nodes`` stops an alias bomb.
+    """
 
     def __init__(self, text: str, max_nodes: int, max_depth: int) -> None:
         self.text = text
@@ -189,44 +223,57 @@ class _Walk:
         self.max_depth = max_depth
         self.depth = 0
         self.lines: dict[int, int] = {}
-        # Aliases make one node reachable twice (and alias bombs): the reference loader sizes those.
-        self.seen: set[int] | None = set() if "*" in text else None
 
     def build(self, node: Node) -> Any:
+        """The value of a document's root ``node``."""
         self.nodes += 1
-        if self.nodes > self.max_nodes:
-            raise _Handover
-        if self.seen is not None:
-            if id(node) in self.seen:
-                raise _Handover
-            self.seen.add(id(node))
-        cls = node.__class__
-        if isinstance(node, ScalarNode):  # exact classes: libyaml makes no subclasses
+        return self.tree(node)
+
+    def tree(self, node: Node) -> Any:
+        """The value of ``node``, already counted. A collection counts and makes its scalars in
+        its own loop: most nodes are scalars, and a call for each was a third of the walk."""
+        if isinstance(node, ScalarNode):
             return self.scalar(node)
+        cls = node.__class__  # exact classes below: libyaml makes no subclasses
         self.depth += 1  # no need to undo it on _Handover: the whole stream is handed over
         if self.depth >= self.max_depth:  # its scalars would be one level deeper still
             raise _Handover
+        children = node.value
         if cls is MappingNode:
             if node.tag != _MAP:
                 raise _Handover
+            self.nodes += 2 * len(children)
+            if self.nodes > self.max_nodes:
+                raise _Handover
             data: dict[str, Any] = {}
             self.lines[id(data)] = node.start_mark.line + 1
-            for key_node, value_node in node.value:
-                key = self.build(key_node)
-                if key.__class__ is not str:
-                    key = yamltypes.json_key(
-                        key, key_node.tag, key_node.value
-                    )  # 80 -> "80", as Kubernetes reads it
+            for key_node, value_node in children:
+                if key_node.__class__ is not ScalarNode:
+                    raise _Handover  # a list or mapping as a key: refused
+                tag = key_node.tag
+                if tag == _STR:
+                    key = key_node.value
+                else:  # 80 -> "80", as Kubernetes reads it
+                    key = yamltypes.json_key(self.scalar(key_node), tag, key_node.value)
                 if key is None or key in data:
                     raise _Handover  # a refused or duplicate key (a merge key, "<<", is tagged merge)
-                key = sys.intern(key)  # one "metadata" for every object held, not one each
-                data[key] = self.build(value_node)
+                key = _intern(key)  # one "metadata" for every object held, not one each
+                if value_node.__class__ is ScalarNode and value_node.tag == _STR:
+                    value = value_node.value
+                    data[key] = _intern(value) if len(value) <= _INTERNED else value
+                elif value_node.__class__ is ScalarNode:
+                    data[key] = self.scalar(value_node)
+                else:
+                    data[key] = self.tree(value_node)
             self.depth -= 1
             return data
         if cls is SequenceNode:
             if node.tag != _SEQ:
                 raise _Handover
-            items = [self.build(n) for n in node.value]
+            self.nodes += len(children)
+            if self.nodes > self.max_nodes:
+                raise _Handover
+            items = [self.tree(n) for n in children]
             self.depth -= 1
             return items
         raise _Handover
@@ -234,7 +281,7 @@ class _Walk:
     def scalar(self, node: ScalarNode) -> Any:
         tag = node.tag
         if tag == _STR:
-            return sys.intern(node.value) if len(node.value) <= 32 else node.value
+            return _intern(node.value) if len(node.value) <= _INTERNED else node.value
         if tag in _TYPED:
             try:
                 return yamltypes.tagged(tag, node.value)

@@ -19,7 +19,7 @@ from agent.config.types import Config
 from agent.dev.process import LocalCluster
 from agent.model import FailureReason, ObjectKey, Outcome, ScopeRule
 from tests.agentkit import E2E, Repo, config_head, make_repo, unique
-from tests.appkit import AppsAgent, members
+from tests.appkit import AppsAgent, counting, members
 from tests.clusters import ClusterPool, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -88,8 +88,11 @@ def test_the_ingress_nginx_release_namespace_is_created_as_the_app_labelled_and_
     applied = {r.key for r in result.results if r.outcome is Outcome.CREATED}
     assert ObjectKey("apps", "Deployment", ns, f"{release}-ingress-nginx-controller") in applied
     assert ObjectKey("", "Namespace", "", ns) not in members(cfg, a, "edge")
-    again = runner.reconcile()["edge"]
+    with counting(a) as counted:
+        again = runner.reconcile()["edge"]
     assert again.ok and again.count(Outcome.UNCHANGED) == len(again.results), "found, nothing changed"
+    # Found in the pass's own read of Namespaces: nothing asked of it on its own.
+    assert not any(k.startswith("GET namespaces") for k in counted.requests.by_resource), counted.requests
 
     # The app is pointed at an empty directory: the chart's objects are pruned, the namespace the
     # agent created (no member) is not.

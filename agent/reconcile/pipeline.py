@@ -45,6 +45,7 @@ from agent.model import (
     SkipReason,
 )
 from agent.plan.planner import expected_object, request_body, whole_body
+from agent.reconcile import namespaces
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
 from agent.reconcile.apps import Assignment, Declared, assign, dependency_order
 from agent.reconcile.live import GroupKind, LiveState
@@ -378,7 +379,12 @@ class ClusterPipeline(ClusterStages):
             keys = {k for k, who in reader.items() if who == identity}
             for run in group:
                 keys |= set(run.members)
-                keys |= {o.key for o in run.desired or ()}
+                declared = {o.key for o in run.desired or ()}
+                keys |= declared
+                if not identity and (namespace := namespaces.to_create(run.app, declared)):
+                    # Read with the rest (Namespaces are listed anyway where an app declares one),
+                    # so that create_namespace asks nothing of a namespace that is there.
+                    keys.add(ObjectKey("", "Namespace", "", namespace))
 
             def plan_chunk(
                 gk: GroupKind, objects: dict[ObjectKey, Manifest | None], identity: str = identity

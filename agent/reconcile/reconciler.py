@@ -259,7 +259,8 @@ class ClusterReconciler(ClusterPipeline):
         client = self.client_for(run.app)
         the_plan = confirm_plan(client, ap.plan, ap.verdicts, self.memo(run.name), apply_opts, whole=ap.whole)
         if not dry_run:
-            self.create_namespace(run.app, ap.by_key)  # create_namespace: before anything is applied
+            # create_namespace: before anything is applied (found in this pass's read: nothing asked)
+            self.create_namespace(run.app, ap.by_key, None if run.identity else ap.live)
             self._widen(ap)
         self._apply(ap, the_plan.changes, client, apply_opts, shared)
         self._prune(ap, client, dry_run=dry_run)

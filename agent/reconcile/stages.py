@@ -203,9 +203,16 @@ class ClusterStages:
             concurrency=self.cluster.settings.concurrency,
         )
 
-    def create_namespace(self, app: AppConfig, declared: Container[ObjectKey]) -> None:
-        """``app``'s target namespace, created as the app if ``create_namespace`` asks for it."""
+    def create_namespace(
+        self, app: AppConfig, declared: Container[ObjectKey], live: LiveState | None = None
+    ) -> None:
+        """``app``'s target namespace, created as the app if ``create_namespace`` asks for it.
+
+        ``live``: this pass's read, where it listed the namespace: found there, nothing is asked."""
         if name := namespaces.to_create(app, declared):
+            key = ObjectKey("", "Namespace", "", name)
+            if live is not None and live.complete.get(("", "Namespace")) and live.found(key):
+                return
             client, agent = self.client_for(app), self.config.agent.name
             namespaces.ensure_namespace(
                 client, name, agent=agent, app=app.name, field_manager=self.field_manager

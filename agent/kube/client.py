@@ -137,7 +137,10 @@ class KubeClient:
         return cls(connection, gate=gate)
 
     def with_gate(self, gate: WriteGate) -> KubeClient:
-        """This client (same connection, identity and cache) with its requests asked of ``gate``."""
+        """This client (same connection, identity and cache) with its requests asked of ``gate``.
+
+        Both hold one connection: whichever the caller keeps as the owner closes it.
+        """
         return KubeClient(self.connection, gate=gate, service_account=self.service_account, cache=self._cache)
 
     def impersonating(self, service_account: str) -> KubeClient:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +24,9 @@ import pytest
 from agent.dev.pki import write_kubeconfig
 from agent.errors import ApiError
 from agent.kube.client import KubeClient
+from agent.kube.connection import credential_patch_installed, install_credential_patch
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Throttling:
@@ -30,11 +35,14 @@ class Throttling:
     def __init__(self, throttle: int) -> None:
         self.throttle = throttle
         self.times: list[float] = []
+        #: Each request's ``Impersonate-User`` ("": none).
+        self.users: list[str] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.times.append(time.monotonic())
+                outer.users.append(self.headers.get("Impersonate-User") or "")
                 if len(outer.times) <= outer.throttle:
                     body = json.dumps({"kind": "Status", "reason": "TooManyRequests", "message": "slow down"})
                     self.send_response(429)
@@ -99,6 +107,93 @@ def test_429_retries_are_bounded_and_end_in_an_api_error_carrying_retry_after(
         client.server_version()
     assert caught.value.status == 429 and caught.value.retry_after == 1.0 and caught.value.retryable
     assert len(server.times) == 4  # the first try and three retries
+
+
+@pytest.mark.parametrize("throttled", [0], indirect=True)
+def test_a_view_acting_as_a_service_account_shares_the_connection_and_asks_the_version_as_the_agent(
+    throttled: tuple[Throttling, KubeClient],
+) -> None:
+    server, client = throttled
+    tenant = client.impersonating("team-a/deployer")
+    assert tenant.connection is client.connection and tenant.impersonating("") is not tenant
+    assert client.impersonating("") is client and tenant.impersonating("team-a/deployer") is tenant
+    tenant.request("GET", "/apis")
+    assert tenant.server_version() == "v1.35.4"  # the agent's read, cached for the client and its views
+    assert client.server_version() == "v1.35.4"
+    assert server.users == ["system:serviceaccount:team-a:deployer", ""]
+    tenant.close()  # a view closes nothing: the agent's client still works
+    client.request("GET", "/version")
+    assert server.users[-1] == ""
+
+
+@pytest.mark.parametrize("throttled", [0], indirect=True)
+def test_the_request_count_of_a_client_and_its_views_is_exact_across_threads(
+    throttled: tuple[Throttling, KubeClient],
+) -> None:
+    _, client = throttled
+    views = [client, client.impersonating("a/one"), client.impersonating("b/two")]
+
+    def send(view: KubeClient) -> None:
+        for _ in range(20):
+            view.request("GET", "/version")
+
+    workers = [threading.Thread(target=send, args=(views[i % 3],)) for i in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert client.requests == 120 and all(v.requests == 120 for v in views)
+
+
+_PATCH_STATE = """
+import json
+from kubernetes.config import kube_config
+import agent.cli.main, agent.kube.client, agent.run.fleet  # everything a command imports
+from agent.kube.connection import credential_patch_installed, install_credential_patch
+imported = credential_patch_installed()
+install_credential_patch()
+installed = kube_config._create_temp_file_with_content
+install_credential_patch()
+once = kube_config._create_temp_file_with_content is installed
+print(json.dumps([imported, credential_patch_installed(), once]))
+"""
+
+
+def test_the_credential_patch_is_a_start_up_step_installed_once_not_an_import_side_effect() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _PATCH_STATE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    imported, installed, once = json.loads(out.stdout)
+    assert not imported, "importing the agent patched the official client"
+    assert installed and once, "installing twice wrapped the loader twice"
+
+
+def test_connecting_installs_the_credential_patch_before_loading_credentials(tmp_path: Path) -> None:
+    cert = f"-----BEGIN CERTIFICATE-----\n{os.urandom(16).hex()}\n-----END CERTIFICATE-----\n"
+    kubeconfig = _kubeconfig_with_client_certificate(tmp_path / "kubeconfig", cert)
+    script = (
+        "from agent.kube.client import KubeClient\n"
+        "from agent.kube.connection import credential_patch_installed\n"
+        "before = credential_patch_installed()\n"
+        f"KubeClient.connect('c', kubeconfig={str(kubeconfig)!r}).close()\n"
+        "print(before, credential_patch_installed())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.stdout.split() == ["False", "True"]
+    install_credential_patch()  # and in this process too: idempotent whatever ran before
+    assert credential_patch_installed()
 
 
 def test_a_closed_port_is_a_status_0_api_error_saying_connection_refused(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from agent.dev.process import LocalCluster
 from agent.errors import ClusterError
 from agent.kube.client import KubeClient
-from agent.run.lease import FencedClient, LeaseManager
+from agent.run.lease import Fence, LeaseManager, abandon
 from agent.run.lease_settings import LeaseSettings
 from tests.agentkit import E2E, unique
 from tests.clusters import ClusterControl, ClusterPool, kubectl
@@ -125,16 +125,17 @@ def test_a_holder_stops_writing_as_soon_as_a_renewal_fails(
 
 def test_a_fenced_client_refuses_writes_and_still_reads(cluster_pool: ClusterPool) -> None:
     a = cluster_pool["pool-a"]
-    client = FencedClient.connect("pool-a", kubeconfig=str(a.kubeconfig))
-    assert isinstance(client, FencedClient)
     gate: list[str | None] = ["lease lost"]
-    client.fence = lambda: gate[0]
+    client = KubeClient.connect("pool-a", kubeconfig=str(a.kubeconfig), gate=Fence("pool-a", lambda: gate[0]))
+    tenant = client.impersonating("default/default")
     try:
         assert client.request("GET", "/api/v1/namespaces/default")["metadata"]["name"] == "default"
         with pytest.raises(ClusterError, match="write refused: lease lost"):
             client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": unique("never")}})
+        with pytest.raises(ClusterError, match="write refused: lease lost"):  # its views share the gate
+            tenant.request("POST", "/api/v1/namespaces", body={"metadata": {"name": unique("never")}})
         gate[0] = None
-        client.abandoned = "pass abandoned (deadline 5s)"
+        abandon(client, "pass abandoned (deadline 5s)")
         with pytest.raises(ClusterError, match="pass abandoned"):
             client.request(
                 "PATCH", "/api/v1/namespaces/default", body={}, content_type="application/merge-patch+json"

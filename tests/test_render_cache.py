@@ -104,6 +104,8 @@ def test_clusters_with_the_same_spec_share_one_render(tmp_path: Path) -> None:
     assert (a.cluster, b.cluster) == ("a", "b")
     assert b.objects is a.objects and len(cache) == 1
     assert cache.get("r1", RenderSpec("b", ("plain",), PLAIN_VARS)) is b
+    # Whether a render may be shared is the render's own data, not a table beside it.
+    assert a.cluster_neutral and b.cluster_neutral and a.capabilities is b.capabilities is None
 
 
 def test_a_render_that_names_a_helm_release_after_the_cluster_is_not_shared(tmp_path: Path) -> None:
@@ -113,6 +115,7 @@ def test_a_render_that_names_a_helm_release_after_the_cluster_is_not_shared(tmp_
     staging = cache.render(FIXTURES, RenderSpec("staging", ("plain/infra",), {}, helm=helm), revision="r")
     other = cache.render(FIXTURES, RenderSpec("other", ("plain/infra",), {}, helm=helm), revision="r")
     assert other.objects is not staging.objects and len(cache) == 2
+    assert not staging.cluster_neutral and not other.cluster_neutral
     names = {o.manifest["metadata"]["name"] for o in other.objects}
     assert any(n.startswith("other-") for n in names) and not any(n.startswith("staging-") for n in names)
 

@@ -31,10 +31,11 @@ from typing import Any
 import pytest
 
 from agent.config.load import load_config
-from agent.config.types import Config
+from agent.config.types import ClusterConfig, Config
 from agent.dev import localcluster
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
+from agent.kube.connection import Connection
 from agent.model import AccessProblem, FailureReason, HealthState, ScopeRule
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.source.git import GitSource
@@ -86,16 +87,21 @@ def tenancy(cluster_state_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         clusters.delete(CLUSTER, cluster_state_dir)
 
 
-class Recording(KubeClient):
-    """The agent's client, noting whom each request acted as (instrumentation, not a fake)."""
+class Recording(Connection):
+    """The agent's connection, noting whom each request acted as (instrumentation, not a fake).
+
+    A client and the views acting as ServiceAccounts share it, so it sees every request.
+    """
 
     sent: list[tuple[str, str, str]]
 
-    def request_bytes(self, method: str, path: str, **options: Any) -> bytes:
-        if not hasattr(self, "sent"):
-            self.sent = []
-        self.sent.append((method, path, options.get("impersonate") or ""))
-        return super().request_bytes(method, path, **options)
+    def send(self, method: str, path: str, **options: Any) -> bytes:
+        self.__dict__.setdefault("sent", []).append((method, path, options.get("impersonate") or ""))
+        return super().send(method, path, **options)
+
+
+def recording(cluster: ClusterConfig) -> KubeClient:
+    return KubeClient(Recording.from_config(cluster))
 
 
 def tenant_config(tmp_path: Path, repo: Any, kubeconfig: Path, apps: list[Mapping[str, Any]]) -> Config:
@@ -135,7 +141,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def reconciler(config: Config) -> ClusterReconciler:
-    return ClusterReconciler(config, config.cluster(CLUSTER), client_factory=Recording.from_config)
+    return ClusterReconciler(config, config.cluster(CLUSTER), client_factory=recording)
 
 
 TENANT_A = {
@@ -194,7 +200,7 @@ def test_a_tenant_writing_outside_its_scope_is_refused_before_any_request_and_th
         assert f"{crb_key} (apps/a/objects.yaml:17)" in message
         assert "allow_cluster_scoped is false" in message and f"ConfigMap/team-a/{mine}" not in message
         assert not a.results, "nothing applied or pruned for the refused app"
-        client = rec.client
+        client = rec.client.connection
         assert isinstance(client, Recording)
         as_a = [s for s in client.sent if s[2] == "system:serviceaccount:team-a:gitops-tenant"]
         assert as_a == [], "no request made as tenant A"
@@ -433,7 +439,7 @@ def test_create_namespace_creates_a_tenants_namespace_as_the_tenant_only_once_it
         assert done.ok, done.failure
         live = json.loads(kubectl(c.kubeconfig, "get", "namespace", extra, "-o", "json"))
         assert live["metadata"]["labels"]["gitops-agent.io/created-by"] == f"{cfg.agent.name}.tenant-a"
-        client = rec.client
+        client = rec.client.connection
         assert isinstance(client, Recording)
         posts = [s for s in client.sent if s[0] == "POST" and s[1] == "/api/v1/namespaces"]
         assert posts and {s[2] for s in posts} == {as_tenant}, posts

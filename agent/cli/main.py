@@ -76,12 +76,14 @@ def run(
     log_level: str | None,
 ) -> None:
     """Reconcile every configured cluster from Git (forever, or --once)."""
+    from agent.kube.connection import install_credential_patch
     from agent.run import heap
     from agent.run.fleet import Fleet
     from agent.run.scheduler import Daemon
 
     heap.tune()  # before any pass starts a thread (each may get an arena of its own)
     heap.tune_collector()
+    install_credential_patch()  # before clusters load their credentials on threads of their own
 
     if not once and (dry_run or clusters):
         # The daemon reconciles every configured cluster for real: running it with a flag it

@@ -1,109 +1,64 @@
-"""The one module that talks to Kubernetes: a thin, raw-JSON client per cluster.
+"""The one module stages use to talk to Kubernetes: a thin, raw-JSON client per cluster.
 
-Every stage that needs a cluster gets a ``KubeClient``; nothing else imports
-``kubernetes``. It uses the official client only for what it is good at
-(kubeconfig/in-cluster loading, credential refresh for exec plugins and
-rotated token files, TLS, the connection pool) and sends raw requests, so that
-objects stay plain dicts: no model deserialisation on the hot path, and any
-kind — CRDs included — works through discovery.
+Every stage that needs a cluster gets a ``KubeClient``; nothing else imports ``kubernetes``
+(``agent.kube.connection`` holds the official client). Objects stay plain dicts: no model
+deserialisation on the hot path, and any kind -- CRDs included -- works through discovery
+(``agent.kube.discovery``).
 
-Each cluster has its own client, pool, timeouts and 429 handling, so one slow
-or broken cluster never borrows anything another needs (docs/safety.md rule 6).
-Failures become ``ApiError`` with the HTTP status and the server's ``Status``
-(reason, message, details), or status 0 and a ``Transport`` read from the
-exception's type when there was no answer.
+A client is composed, not subclassed:
 
-``KubeClient.impersonating`` is the same client acting as an app's ServiceAccount: its
-requests carry ``Impersonate-User`` (the server adds the account's groups), while the pool,
-credentials, write fence, discovery and OpenAPI stay the agent's own.
+- its ``Connection`` (pool, credentials, timeouts, the request loop), shared by its views;
+- a ``WriteGate`` asked before every request (``lease.Fence`` refuses writes while this replica
+  may not write to the cluster; the default lets everything through);
+- an identity: ``impersonating(sa)`` is a view of the same client acting as an app's
+  ServiceAccount. Its requests carry ``Impersonate-User`` (the server adds the account's
+  groups), while the connection, credentials, gate, discovery and OpenAPI stay the agent's own.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
-from urllib.parse import quote, urlencode
+from typing import Any, Protocol, TypedDict, Unpack
 
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config import kube_config as k8s_kube_config
-
-from agent.config.types import DISCOVERY_TTL, ClusterConfig
-from agent.errors import ApiError, ClusterError, Transport
-from agent.kube import status as kube_status
+from agent.config.types import ClusterConfig
+from agent.errors import ApiError, Transport
+from agent.kube.connection import Connection
+from agent.kube.discovery import AGGREGATED, Discovery, DiscoveryCache, ResourceInfo, parse_aggregated
 from agent.kube.listjson import each_item
-from agent.kube.status import parse_status
-from agent.model import FailureReason, Manifest, split_api_version
+from agent.model import Manifest
 
-
-def _write_credential_files_whole() -> None:
-    """Make the official loader's credential files whole before anyone can read them.
-
-    The loader writes a kubeconfig's embedded certificates and keys to files it caches by content,
-    and it publishes a file's name in that cache before writing the file: two clusters loading the
-    same certificate at once (one cluster reached by two URLs, two contexts with one user) could
-    hand one of them an empty file, whose TLS setup then fails with "[SSL] PEM lib". Only the file
-    step is serialised: the rest of loading runs exec plugins, and one cluster's slow plugin must
-    not hold up the others' credentials (docs/safety.md rule 6).
-    """
-    write = k8s_kube_config._create_temp_file_with_content
-    lock = threading.Lock()
-
-    def written_whole(*args: Any, **kwargs: Any) -> Any:
-        with lock:
-            return write(*args, **kwargs)
-
-    k8s_kube_config._create_temp_file_with_content = written_whole
-
-
-_write_credential_files_whole()
-
-_AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
-_MAX_429_RETRIES = 3
-
-
-def _encode(body: Any) -> bytes | None:
-    """A request body as sent: bytes as they are, text as UTF-8, anything else as compact JSON."""
-    if body is None or isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    return json.dumps(body, separators=(",", ":")).encode("utf-8")
-
+__all__ = [
+    "OPEN",
+    "Discovery",
+    "KubeClient",
+    "ListResult",
+    "RequestOptions",
+    "ResourceInfo",
+    "WarningSink",
+    "WriteGate",
+    "service_account_user",
+]
 
 #: Where a request's ``Warning`` headers are appended (a name: ``KubeClient.list`` shadows ``list``).
 WarningSink = list[str]
 
 
-@dataclass(frozen=True)
-class ResourceInfo:
-    """One served resource: where to send requests for a group/version/kind."""
+class WriteGate(Protocol):
+    """Asked before every request a client sends; raises to refuse it (``lease.Fence``)."""
 
-    group: str
-    version: str
-    kind: str
-    plural: str
-    namespaced: bool
-    verbs: frozenset[str]
+    def check(self, method: str) -> None: ...
 
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
 
-    def base_path(self, namespace: str | None = None) -> str:
-        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            return f"{root}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-        return f"{root}/{self.plural}"
+class _Open:
+    """The gate of a client nobody fences: every request goes."""
 
-    def path(self, namespace: str | None, name: str | None = None) -> str:
-        base = self.base_path(namespace)
-        return f"{base}/{quote(name, safe='')}" if name else base
+    def check(self, method: str) -> None:
+        return None
+
+
+OPEN: WriteGate = _Open()
 
 
 class RequestOptions(TypedDict, total=False):
@@ -115,7 +70,6 @@ class RequestOptions(TypedDict, total=False):
     accept: str
     timeout: float | None
     warnings: list[str] | None
-    impersonate: str | None
 
 
 def service_account_user(service_account: str) -> str:
@@ -133,83 +87,30 @@ class ListResult:
     resource_version: str = ""
 
 
-class Discovery:
-    """Served resources by (group, kind) with each group's preferred version first."""
-
-    def __init__(self, resources: list[ResourceInfo]) -> None:
-        self._by_gvk = {(r.group, r.version, r.kind): r for r in resources}
-        self._by_gk: dict[tuple[str, str], ResourceInfo] = {}
-        for r in resources:  # first seen is the preferred version (discovery order)
-            self._by_gk.setdefault((r.group, r.kind), r)
-
-    def find(self, api_version: str, kind: str) -> ResourceInfo | None:
-        group, version = split_api_version(api_version)
-        return self._by_gvk.get((group, version, kind))
-
-    def find_group_kind(self, group: str, kind: str) -> ResourceInfo | None:
-        return self._by_gk.get((group, kind))
-
-    def served(self) -> dict[tuple[str, str], list[str]]:
-        """(group, kind) → the versions served, the preferred first (``plan.apis`` reads it)."""
-        out: dict[tuple[str, str], list[str]] = {}
-        for r in self._by_gvk.values():
-            versions = out.setdefault((r.group, r.kind), [])
-            if r.version not in versions:
-                versions.append(r.version)
-        return out
-
-    def api_versions(self) -> list[str]:
-        """``group/version`` and ``group/version/Kind`` of everything served: Helm's ``--api-versions``."""
-        gvs = {r.api_version for r in self._by_gvk.values()}
-        gvks = {f"{r.api_version}/{r.kind}" for r in self._by_gvk.values() if r.kind}
-        return sorted(gvs | gvks)
-
-    def all(self) -> list[ResourceInfo]:
-        return list(self._by_gvk.values())
-
-    def __len__(self) -> int:
-        return len(self._by_gvk)
-
-
 class KubeClient:
-    """Raw-JSON requests to one cluster, with its own pool, timeouts and discovery cache."""
+    """Raw-JSON requests to one cluster through a ``Connection``, past a gate, as an identity."""
 
     def __init__(
         self,
-        name: str,
-        api: k8s_client.ApiClient,
+        connection: Connection,
         *,
-        connect_timeout: float = 5.0,
-        request_timeout: float = 30.0,
-        reload: Callable[[], k8s_client.ApiClient] | None = None,
+        gate: WriteGate = OPEN,
+        service_account: str = "",
+        cache: DiscoveryCache | None = None,
     ) -> None:
-        self.name = name
-        self.api = api
-        #: Rebuilds ``api`` from its source (kubeconfig file, exec plugin, token file) after a 401.
-        self._reload = reload
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
-        self._discovery: Discovery | None = None
-        self._discovered_at = 0.0
-        self._server_version: str | None = None
-        self._cluster_uid: str | None = None
-        self._lock = threading.Lock()
-        self.requests = 0  # requests sent, for tests and debug logs (benchmarks count at the server)
+        self.connection = connection
+        self.gate = gate
+        #: ``ns/name`` of the ServiceAccount this client acts as; "": the agent itself.
+        self.service_account = service_account
+        #: The user name sent as ``Impersonate-User`` ("": none).
+        self.user = service_account_user(service_account) if service_account else ""
+        self._cache = cache if cache is not None else DiscoveryCache()
 
     # -- construction ---------------------------------------------------------
 
     @classmethod
-    def from_config(cls, cluster: ClusterConfig) -> KubeClient:
-        s = cluster.settings
-        return cls.connect(
-            cluster.name,
-            kubeconfig=cluster.kubeconfig or None,
-            context=cluster.context or None,
-            in_cluster=cluster.in_cluster,
-            connect_timeout=s.connect_timeout,
-            request_timeout=s.request_timeout,
-            pool_size=max(2, s.concurrency),
-        )
+    def from_config(cls, cluster: ClusterConfig, *, gate: WriteGate = OPEN) -> KubeClient:
+        return cls(Connection.from_config(cluster), gate=gate)
 
     @classmethod
     def connect(
@@ -222,55 +123,64 @@ class KubeClient:
         connect_timeout: float = 5.0,
         request_timeout: float = 30.0,
         pool_size: int = 4,
+        gate: WriteGate = OPEN,
     ) -> KubeClient:
-
-        def build() -> k8s_client.ApiClient:
-            cfg = k8s_client.Configuration()
-            try:
-                if in_cluster:
-                    k8s_config.load_incluster_config(client_configuration=cfg, try_refresh_token=True)
-                else:
-                    k8s_config.load_kube_config(
-                        config_file=kubeconfig,
-                        context=context,
-                        client_configuration=cfg,
-                        persist_config=False,
-                    )
-            except Exception as e:  # the loader raises many types; all mean "cannot build credentials"
-                raise ClusterError(
-                    name,
-                    f"cannot load credentials: {e}",
-                    retryable=False,
-                    failure_reason=FailureReason.CREDENTIALS,
-                ) from e
-            cfg.connection_pool_maxsize = pool_size
-            cfg.retries = False  # retries are ours: bounded, per cluster, honouring Retry-After
-            return k8s_client.ApiClient(cfg)
-
-        return cls(
-            name, build(), connect_timeout=connect_timeout, request_timeout=request_timeout, reload=build
+        connection = Connection.connect(
+            name,
+            kubeconfig=kubeconfig,
+            context=context,
+            in_cluster=in_cluster,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            pool_size=pool_size,
         )
+        return cls(connection, gate=gate)
+
+    def with_gate(self, gate: WriteGate) -> KubeClient:
+        """This client (same connection, identity and cache) with its requests asked of ``gate``.
+
+        Both hold one connection: whichever the caller keeps as the owner closes it.
+        """
+        return KubeClient(self.connection, gate=gate, service_account=self.service_account, cache=self._cache)
+
+    def impersonating(self, service_account: str) -> KubeClient:
+        """This client acting as ``service_account`` (``ns/name``; "": the agent itself).
+
+        A view: it shares the connection, gate and discovery cache, so closing it closes nothing.
+        """
+        if service_account == self.service_account:
+            return self
+        return KubeClient(self.connection, gate=self.gate, service_account=service_account, cache=self._cache)
+
+    @property
+    def name(self) -> str:
+        return self.connection.name
+
+    @property
+    def api(self) -> Any:  # the official ``ApiClient`` (untyped)
+        """The official client of the connection (its configuration: TLS files, tokens)."""
+        return self.connection.api
+
+    @property
+    def connect_timeout(self) -> float:
+        return self.connection.connect_timeout
+
+    @property
+    def request_timeout(self) -> float:
+        return self.connection.request_timeout
+
+    @property
+    def requests(self) -> int:
+        """Requests sent on the connection, by this client and its views (read from any thread)."""
+        return self.connection.requests
 
     def close(self) -> None:
-        self.api.close()
+        """Close the connection; a view acting as a ServiceAccount has none of its own to close."""
+        if not self.service_account:
+            self.connection.close()
 
     def refresh_credentials(self) -> bool:
-        """Load the credentials again from where they came from; True if a new client is in place.
-
-        The official client refreshes an exec plugin's token only when the plugin reported an
-        expiry, re-reads the in-cluster token file once a minute, and never re-reads a kubeconfig
-        file or its ``tokenFile``. A 401 after a rotation is therefore answered by rebuilding the
-        configuration (which runs the exec plugin again and reads the files again).
-        """
-        if self._reload is None:
-            return False
-        try:
-            fresh = self._reload()
-        except ClusterError:
-            return False
-        old, self.api = self.api, fresh
-        old.close()  # in-flight requests finish; their connections are then dropped, not reused
-        return True
+        return self.connection.refresh_credentials()
 
     # -- raw requests ---------------------------------------------------------
 
@@ -279,144 +189,34 @@ class KubeClient:
         raw = self.request_bytes(method, path, **options)
         return json.loads(raw) if raw else None
 
-    def check_send(self, method: str) -> None:
-        """Raise to refuse sending a ``method`` request (``lease.FencedClient`` gates writes here)."""
-
-    def request_bytes(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | None] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        accept: str = "application/json",
-        timeout: float | None = None,
-        warnings: list[str] | None = None,
-        impersonate: str | None = None,
-    ) -> bytes:
-        """Send one request; returns the raw body of a 2xx answer or raises ``ApiError``.
+    def request_bytes(self, method: str, path: str, **options: Unpack[RequestOptions]) -> bytes:
+        """Send one request past the gate, as this client's identity; returns the raw body of a
+        2xx answer or raises ``ApiError`` (``Connection.send`` says how 401 and 429 are handled).
 
         ``warnings``: the server's ``Warning`` headers of the answer are appended there
-        (deprecated API versions, unknown or duplicate fields). ``impersonate``: the user name
-        to act as (``Impersonate-User``).
+        (deprecated API versions, unknown or duplicate fields).
         """
-        self.check_send(method)
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        headers = {"Accept": accept, "Content-Type": content_type}
-        if impersonate:
-            headers["Impersonate-User"] = impersonate
-        data = _encode(body)
-        target = path
-        refreshed = False
-        attempt = 0
-        while True:
-            self.requests += 1
-            try:
-                resp = self._send(method, path, params, headers, data, timeout or self.request_timeout)
-            except (urllib3.exceptions.HTTPError, OSError) as e:
-                transport, said = kube_status.transport(e)
-                raise ApiError(self.name, 0, said, verb=method, target=target, transport=transport) from e
-            raw: bytes = resp.data
-            if 200 <= resp.status < 300:
-                if warnings is not None:
-                    warnings.extend(kube_status.warnings(resp.headers.getlist("Warning")))
-                return raw
-            if resp.status == 401 and not refreshed:
-                refreshed = True  # once per request: a revoked credential must not loop
-                if self.refresh_credentials():
-                    continue
-            retry_after = kube_status.retry_after(resp.headers.get("Retry-After"))
-            if resp.status == 429 and attempt < _MAX_429_RETRIES:
-                attempt += 1
-                time.sleep(min(retry_after or 1.0, 10.0))
-                continue
-            status = parse_status(raw, resp.reason or "")
-            raise ApiError(
-                self.name,
-                resp.status,
-                status.message,
-                reason=status.reason,
-                verb=method,
-                target=target,
-                retry_after=retry_after,
-                details=status.details,
-            )
+        self.gate.check(method)
+        return self.connection.send(method, path, impersonate=self.user, **options)
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        params: list[tuple[str, str]],
-        headers: dict[str, str],
-        data: bytes | None,
-        read_timeout: float,
-    ) -> urllib3.BaseHTTPResponse:
-        """One request on the official client's connection pool (its TLS settings, client
-        certificate and proxy), with its headers and credentials.
-
-        Its ``param_serialize`` and ``call_api`` are skipped: they sanitize, re-encode and
-        content-type-match every request, ~15% of a request's client CPU, and an initial apply
-        sends one request per object. The credentials still come from ``update_params_for_auth``,
-        which runs the configuration's token refresh hook (exec plugins, in-cluster tokens).
-        """
-        api = self.api
-        hdrs = {**api.default_headers, **headers}
-        queries = list(params)
-        api.update_params_for_auth(hdrs, queries, ["BearerToken"], path, method, data)
-        url = api.configuration.host + path
-        if queries:
-            url += "?" + urlencode(queries)
-        return api.rest_client.pool_manager.request(
-            method,
-            url,
-            body=data,
-            headers=hdrs,
-            timeout=urllib3.Timeout(connect=self.connect_timeout, read=read_timeout),
-            retries=False,
-            preload_content=True,
-        )
-
-    def impersonating(self, service_account: str) -> KubeClient:
-        """This client acting as ``service_account`` (``ns/name``); itself for ""."""
-        return Impersonated(self, service_account) if service_account else self
+    def _own(self) -> KubeClient:
+        """The agent's own identity: discovery, OpenAPI and the cluster's identity are never a tenant's."""
+        return self.impersonating("")
 
     # -- discovery ------------------------------------------------------------
 
     def discovery(self, *, refresh: bool = False) -> Discovery:
         """Served resources (aggregated discovery: two requests); cached until ``refresh`` or
         ``DISCOVERY_TTL`` (a cluster upgraded under a long-running agent stops serving versions)."""
-        with self._lock:
-            fresh = time.monotonic() - self._discovered_at < DISCOVERY_TTL
-            if self._discovery is not None and not refresh and fresh:
-                return self._discovery
+        cached = None if refresh else self._cache.fresh()
+        if cached is not None:
+            return cached
+        own = self._own()
         resources: list[ResourceInfo] = []
         for root in ("/api", "/apis"):
-            doc = self.request("GET", root, accept=_AGGREGATED)
-            if doc.get("kind") != "APIGroupDiscoveryList":
-                raise ClusterError(
-                    self.name, "server does not serve aggregated discovery (Kubernetes < 1.30?)"
-                )
-            for group in doc.get("items", []):
-                gname = (group.get("metadata") or {}).get("name", "")
-                for ver in group.get("versions", []):
-                    for res in ver.get("resources", []):
-                        rk = res.get("responseKind") or {}
-                        resources.append(
-                            ResourceInfo(
-                                group=gname,
-                                version=ver["version"],
-                                kind=rk.get("kind", ""),
-                                plural=res["resource"],
-                                namespaced=res.get("scope") == "Namespaced",
-                                verbs=frozenset(res.get("verbs", [])),
-                            )
-                        )
+            resources += parse_aggregated(self.name, own.request("GET", root, accept=AGGREGATED))
         disc = Discovery(resources)
-        with self._lock:
-            self._discovery = disc
-            self._discovered_at = time.monotonic()
-            self._server_version = None  # an upgrade changes both: read it again when asked
+        self._cache.store(disc)
         return disc
 
     def resource(self, api_version: str, kind: str) -> ResourceInfo:
@@ -603,15 +403,15 @@ class KubeClient:
     def openapi_v3(self, group: str, version: str) -> Manifest:
         """The OpenAPI v3 document of one group-version (list types, int-or-string, ...)."""
         path = f"/openapi/v3/apis/{group}/{version}" if group else f"/openapi/v3/api/{version}"
-        result: Manifest = self.request("GET", path)
+        result: Manifest = self._own().request("GET", path)
         return result
 
     def server_version(self) -> str:
         """The API server's ``gitVersion`` (``v1.35.4``); cached as long as discovery is."""
-        if self._server_version is None:
-            doc = self.request("GET", "/version")
-            self._server_version = str(doc.get("gitVersion", ""))
-        return self._server_version
+        if self._cache.server_version is None:
+            doc = self._own().request("GET", "/version")
+            self._cache.server_version = str(doc.get("gitVersion", ""))
+        return self._cache.server_version
 
     def cluster_uid(self, *, timeout: float | None = None) -> str | None:
         """The UID of the ``kube-system`` namespace: which cluster this is, whatever URL reached it.
@@ -620,86 +420,14 @@ class KubeClient:
         ``None`` when RBAC hides the namespace (403: the namespaced install) or it does not
         exist (404); any other failure raises ``ApiError`` like every request.
         """
-        if self._cluster_uid is not None:
-            return self._cluster_uid
+        if self._cache.cluster_uid is not None:
+            return self._cache.cluster_uid
         try:
-            ns = self.request("GET", "/api/v1/namespaces/kube-system", timeout=timeout)
+            ns = self._own().request("GET", "/api/v1/namespaces/kube-system", timeout=timeout)
         except ApiError as e:
             if e.status in (403, 404):
                 return None
             raise
         uid = str((ns.get("metadata") or {}).get("uid") or "") or None
-        self._cluster_uid = uid
+        self._cache.cluster_uid = uid
         return uid
-
-
-class Impersonated(KubeClient):
-    """A ``KubeClient`` whose requests act as one ServiceAccount (an app's identity).
-
-    It shares everything else with the agent's client it was made from: connection pool,
-    credentials and their refresh, the write fence (``check_send``), discovery, OpenAPI and
-    the cluster's identity, which are the agent's own reads and never impersonated.
-    """
-
-    def __init__(self, base: KubeClient, service_account: str) -> None:  # no super(): nothing of its own
-        self.base = base
-        self.service_account = service_account
-        self.user = service_account_user(service_account)
-        self.name = base.name
-        self.connect_timeout = base.connect_timeout
-        self.request_timeout = base.request_timeout
-        self.requests = 0
-
-    @property
-    def api(self) -> k8s_client.ApiClient:  # type: ignore[override]  # always the base's current one
-        return self.base.api
-
-    def close(self) -> None:
-        """Nothing to close: the pool is the base client's."""
-
-    def refresh_credentials(self) -> bool:
-        return self.base.refresh_credentials()
-
-    def check_send(self, method: str) -> None:
-        self.base.check_send(method)
-
-    def impersonating(self, service_account: str) -> KubeClient:
-        return self.base.impersonating(service_account)
-
-    def request_bytes(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | None] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        accept: str = "application/json",
-        timeout: float | None = None,
-        warnings: list[str] | None = None,
-        impersonate: str | None = None,
-    ) -> bytes:
-        self.requests += 1
-        return self.base.request_bytes(
-            method,
-            path,
-            query=query,
-            body=body,
-            content_type=content_type,
-            accept=accept,
-            timeout=timeout,
-            warnings=warnings,
-            impersonate=self.user,
-        )
-
-    def discovery(self, *, refresh: bool = False) -> Discovery:
-        return self.base.discovery(refresh=refresh)
-
-    def openapi_v3(self, group: str, version: str) -> Manifest:
-        return self.base.openapi_v3(group, version)
-
-    def server_version(self) -> str:
-        return self.base.server_version()
-
-    def cluster_uid(self, *, timeout: float | None = None) -> str | None:
-        return self.base.cluster_uid(timeout=timeout)

@@ -28,6 +28,7 @@ from agent.model.changes import (
     SkipReason,
 )
 from agent.model.desired import (
+    Capabilities,
     DecryptFault,
     DesiredObject,
     DesiredSet,
@@ -145,6 +146,7 @@ __all__ = [
     "AppHealth",
     "ApplyResult",
     "Blocker",
+    "Capabilities",
     "Change",
     "ClusterResult",
     "DecryptFault",

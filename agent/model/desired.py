@@ -1,5 +1,8 @@
 """What Git declares: ``Revision`` (source), ``DesiredSet`` of ``DesiredObject`` (render).
 
+A render also says what Helm was told about the cluster (``Capabilities``) and whether it
+used the cluster at all, so the render cache knows which clusters may share it.
+
 With where each object came from (``Provenance``) and why an encrypted file did not
 decrypt (``DecryptFault``).
 """
@@ -77,6 +80,17 @@ class EncryptedSource:
     recipients: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What ``helm template`` is told about the cluster a chart goes to: its version
+    (``.Capabilities.KubeVersion``) and what it serves (``.Capabilities.APIVersions``), so a
+    chart that chooses its apiVersions picks the ones that cluster serves."""
+
+    kube_version: str = ""
+    #: ``group/version`` and ``group/version/Kind`` entries (``--api-versions``).
+    api_versions: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class DesiredSet:
     """A cluster's complete render. Only a render without error produces one."""
@@ -89,6 +103,12 @@ class DesiredSet:
     #: Rendered without decrypting (``diff --offline``): encrypted values are ciphertext, so
     #: this set is for reports only and ``prepare`` refuses to send it anywhere.
     sealed: bool = False
+    #: What Helm was told about the cluster (``None``: no chart, or Helm's default): a cached
+    #: render holds only while the cluster still says so (``render.RenderCache``).
+    capabilities: Capabilities | None = None
+    #: The render used neither the cluster's name nor its capabilities: clusters rendering the
+    #: same spec may share it.
+    cluster_neutral: bool = False
 
     @property
     def empty(self) -> bool:

@@ -110,6 +110,11 @@ class ClusterStages:
             self._client = self._client_factory(self.cluster)
         return self._client
 
+    @property
+    def client_if_open(self) -> KubeClient | None:
+        """The client if a pass has made one (``Fleet`` fences an abandoned pass's without making one)."""
+        return self._client
+
     def client_for(self, app: AppConfig | None) -> KubeClient:
         """The client ``app``'s requests go through: acting as its ServiceAccount, if it names one.
 

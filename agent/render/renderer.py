@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ import yaml
 
 from agent.config.types import CLUSTER_DEFAULTS, DEFAULT_RENDER_MEMORY, HelmSettings
 from agent.errors import LocalClusterError, RenderError, RenderProblem
+from agent.model import Capabilities as Capabilities  # re-exported: the render's vocabulary
 from agent.model import DesiredObject, DesiredSet, EncryptedSource, Manifest, ObjectKey, Provenance
 from agent.render.binaries import tool
 from agent.render.ignore import IGNORE_FILE, Rule, ignored, parse_ignore
@@ -66,17 +66,6 @@ from agent.render.sops import AgeKeys, Sops, SopsMode
 from agent.render.tools import Runner, check_chart, helm_sections, helm_template
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What ``helm template`` is told about the cluster a chart goes to: its version
-    (``.Capabilities.KubeVersion``) and what it serves (``.Capabilities.APIVersions``), so a
-    chart that chooses its apiVersions picks the ones that cluster serves."""
-
-    kube_version: str = ""
-    #: ``group/version`` and ``group/version/Kind`` entries (``--api-versions``).
-    api_versions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -385,23 +374,20 @@ def render(tree: Path, spec: RenderSpec, *, revision: str = "", runner: Runner |
     Helm's default): a cluster that cannot answer raises, so nothing is applied or pruned there.
     """
     job = _job(tree, spec, runner or bounded_runner(spec.memory))
-    ds = DesiredSet(
+    return DesiredSet(
         spec.cluster,
         revision,
         tuple(DesiredObject(m, p) for m, p in job.found),
         encrypted=tuple(job.sops.sources.values()),
         sealed=spec.sops is SopsMode.SEAL,
+        capabilities=job.used_capabilities,
+        cluster_neutral=job.used_capabilities is None and not job.used_cluster_name,
     )
-    if job.used_capabilities is not None:
-        _CAPABILITIES[ds] = job.used_capabilities
-    elif not job.used_cluster_name:
-        _CLUSTER_NEUTRAL.add(ds)
-    return ds
 
 
 def rendered_for(ds: DesiredSet) -> Capabilities | None:
     """What Helm was told when ``ds`` was rendered (``None``: no chart, or Helm's default)."""
-    return _CAPABILITIES.get(ds)
+    return ds.capabilities
 
 
 def dump_stream(ds: DesiredSet) -> str:
@@ -505,7 +491,13 @@ class RenderCache:
                     view = entry.views.get(spec.cluster)
                     if view is None:
                         view = entry.views[spec.cluster] = DesiredSet(
-                            spec.cluster, revision, entry.objects, entry.encrypted, entry.sealed
+                            spec.cluster,
+                            revision,
+                            entry.objects,
+                            entry.encrypted,
+                            entry.sealed,
+                            entry.capabilities,
+                            cluster_neutral=key[2] is None,  # a shared entry: another cluster's render
                         )
                     return view
             return None
@@ -514,9 +506,8 @@ class RenderCache:
         """Keep ``ds`` (a successful render of ``revision``); shared only if ``render`` proved it may be."""
         if not revision:
             return
-        shared = ds in _CLUSTER_NEUTRAL
-        key = self.key(revision, spec, own=not shared)
-        caps = _CAPABILITIES.get(ds)
+        key = self.key(revision, spec, own=not ds.cluster_neutral)
+        caps = ds.capabilities
         with self._lock:
             old = self._entries.get(key)
             if old is None or old.capabilities != caps:  # a shared render stays the one all hold
@@ -589,12 +580,6 @@ class RenderCache:
     def __bool__(self) -> bool:
         # An empty cache is still a cache: ``render_cache or RenderCache()`` must keep a shared one.
         return True
-
-
-#: Renders that did not use the cluster's name (``put`` may share them): weak, so they go with them.
-_CLUSTER_NEUTRAL: weakref.WeakSet[DesiredSet] = weakref.WeakSet()
-#: Renders that told Helm a cluster's capabilities, and which.
-_CAPABILITIES: weakref.WeakKeyDictionary[DesiredSet, Capabilities] = weakref.WeakKeyDictionary()
 
 
 def _same_capabilities(used: Capabilities, spec: RenderSpec) -> bool:

@@ -38,9 +38,9 @@ from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import RenderCache
 from agent.report import events
+from agent.run import lease
 from agent.run.due import AppClock, Decision, Timing, backoff_delay, decide
 from agent.run.health_watch import HealthWatch
-from agent.run.lease import FencedClient
 from agent.run.server import Metrics
 from agent.run.status import AppStatus, ClusterStatus
 
@@ -152,10 +152,8 @@ class Fleet:
             client.close()
 
     def _client_for(self, c: ClusterConfig) -> KubeClient:
-        client = FencedClient.from_config(c)
-        assert isinstance(client, FencedClient)
-        client.fence = lambda: self.fence(c.name) if self.fence is not None else None
-        return client
+        gate = lease.Fence(c.name, lambda: self.fence(c.name) if self.fence is not None else None)
+        return KubeClient.from_config(c, gate=gate)
 
     @property
     def status(self) -> dict[str, ClusterStatus]:
@@ -318,9 +316,7 @@ class Fleet:
 
     def _abandon(self, slot: _Slot, reconciler: ClusterReconciler, why: str) -> None:
         """Fence the pass's client for good and give the cluster a fresh reconciler (caller locks)."""
-        client = reconciler._client
-        if isinstance(client, FencedClient):
-            client.abandoned = why
+        lease.abandon(reconciler.client_if_open, why)
         if slot.reconciler is reconciler:
             slot.reconciler = self._reconciler(slot.cluster)
 
@@ -506,9 +502,7 @@ class Fleet:
         self._closing.set()
         for slot in self._slots.values():
             with slot.lock:
-                client = slot.reconciler._client
-                if isinstance(client, FencedClient):
-                    client.abandoned = why
+                lease.abandon(slot.reconciler.client_if_open, why)
 
     def close(self) -> None:
         for slot in self._slots.values():

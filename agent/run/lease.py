@@ -16,8 +16,8 @@ pass. Kubernetes is the coordination engine, nothing else is (docs/operations.md
   replicas never write to one cluster at once, and a dead replica's clusters
   are taken within ``lease_duration + retry_period``.
 
-The write gate is ``FencedClient``: a ``KubeClient`` whose non-read requests
-fail with ``ClusterError`` while its fence says no. Reads go on.
+The write gate is ``Fence``, given to a cluster's ``KubeClient``: its non-read
+requests fail with ``ClusterError`` while the fence says no. Reads go on.
 """
 
 from __future__ import annotations
@@ -45,20 +45,36 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 _READS = frozenset({"GET", "HEAD"})
 
 
-class FencedClient(KubeClient):
-    """A cluster client whose writes pass a gate: lease held, pass not abandoned, not stopping."""
+class Fence:
+    """The write gate of one cluster's client: lease held, pass not abandoned, not stopping.
 
-    fence: Callable[[], str | None] | None = None
-    #: Set once and for good when the pass using this client was abandoned.
-    abandoned: str | None = None
+    ``Fleet`` gives each cluster's client one; ``may_write`` says why this replica may not
+    write there now (None: it may). Reads always go on.
+    """
 
-    def check_send(self, method: str) -> None:
+    def __init__(self, cluster: str, may_write: Callable[[], str | None] = lambda: None) -> None:
+        self.cluster = cluster
+        self.may_write = may_write
+        #: Set once and for good when the pass using the client was abandoned.
+        self.abandoned: str | None = None
+
+    def abandon(self, why: str) -> None:
+        """Refuse every later write, whatever the Lease says (a pass left behind at its deadline)."""
+        self.abandoned = why
+
+    def check(self, method: str) -> None:
         if method.upper() not in _READS:
-            why = self.abandoned or (self.fence() if self.fence is not None else None)
+            why = self.abandoned or self.may_write()
             if why:
                 raise ClusterError(
-                    self.name, f"write refused: {why}", retryable=True, failure_reason=FailureReason.FENCED
+                    self.cluster, f"write refused: {why}", retryable=True, failure_reason=FailureReason.FENCED
                 )
+
+
+def abandon(client: KubeClient | None, why: str) -> None:
+    """Fence ``client``'s writes for good (a client without a ``Fence``, or none made yet: nothing)."""
+    if client is not None and isinstance(client.gate, Fence):
+        client.gate.abandon(why)
 
 
 def _now() -> datetime:

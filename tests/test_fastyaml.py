@@ -241,3 +241,26 @@ def test_a_large_shallow_document_whose_bounds_fail_is_scanned_and_takes_the_fas
     assert fastyaml.indent_bound(text) > fastyaml.MAX_C_DEPTH
     fast = fastyaml.load(text, None, **LIMITS)
     assert fast is not None and fast[2][0]["data"] == {"d2.json": dashboard}
+
+
+def test_an_alias_bomb_is_handed_over_after_walking_no_more_nodes_than_were_composed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The walk stops once it visits more nodes than libyaml composed (an alias followed), not
+    after ``max_nodes`` of expansion: a bomb of 60 composed nodes costs about 60 visits."""
+    lines = ["apiVersion: v1", "kind: ConfigMap", "metadata:", "  name: bomb", "x0: &a0 [lol]"]
+    lines += [f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 4) + "]" for i in range(1, 14)]
+    visits = 0
+    tree = fastyaml._Walk.tree
+
+    def counted(self: Any, node: Node) -> Any:
+        nonlocal visits
+        visits += 1
+        return tree(self, node)
+
+    monkeypatch.setattr(fastyaml._Walk, "tree", counted)
+    text = "\n".join(lines) + "\n"
+    assert fastyaml.load(text, None, max_nodes=1_000_000, max_depth=100) is None
+    assert visits < 200, visits
+    _, problems = parse_yaml(text, Origin("a.yaml"), None)
+    assert problems and "alias" in str(problems[0]), problems

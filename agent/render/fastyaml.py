@@ -117,6 +117,9 @@ def load(
             composer.composed = 0
             node = composer.get_node()
             walk.lines, walk.nodes, walk.depth = {}, 0, 0
+            # Visiting more nodes than were composed means an alias was followed: stop there, so
+            # an alias bomb costs its few composed nodes, never max_nodes of walking.
+            walk.max_nodes = min(max_nodes, composer.composed)
             if substituting:
                 assert variables is not None
                 skip = opted_out(node) if may_opt_out else set()
@@ -211,7 +214,8 @@ class _Walk:
     """Builds one document's value from its node tree: types, duplicate keys, lines.
 
     Each node visited is counted; ``load`` compares the count with the nodes libyaml composed, so
-    a node reached twice (an alias) hands the stream over, and ``max_nodes`` stops an alias bomb.
+    a node reached twice (an alias) hands the stream over; ``load`` bounds the walk by that count,
+    so an alias bomb stops after its few composed nodes.
     """
 
     def __init__(self, text: str, max_nodes: int, max_depth: int) -> None:

@@ -13,7 +13,7 @@ it up). Metrics, ``/status``, Events and the CLI read these fields; nothing
 classifies a message by its text.
 
 The vocabulary lives in one module each (``keys``, ``desired``, ``changes``, ``results``,
-``failures``, ``health``, ``names``); every name is re-exported here, so ``from agent.model
+``failures``, ``health``, ``names``, ``drift``); every name is re-exported here, so ``from agent.model
 import X`` is the one spelling callers use.
 """
 
@@ -35,6 +35,7 @@ from agent.model.desired import (
     Provenance,
     Revision,
 )
+from agent.model.drift import Drift, DriftFate, DriftKind, Evidence, drifted_objects
 from agent.model.failures import (
     AccessProblem,
     Failure,
@@ -150,7 +151,11 @@ __all__ = [
     "DecryptFault",
     "DesiredObject",
     "DesiredSet",
+    "Drift",
+    "DriftFate",
+    "DriftKind",
     "EncryptedSource",
+    "Evidence",
     "Failure",
     "FailureReason",
     "FieldConflict",
@@ -175,6 +180,7 @@ __all__ = [
     "ScopeViolation",
     "SkipReason",
     "app_page",
+    "drifted_objects",
     "parse_release",
     "phase_of",
     "release_text",

@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
+from agent.cli.ops import format_status
 from agent.model import DriftFate, DriftKind, Evidence, Note, Outcome
 from agent.report.events import events_for
+from agent.run.record_store import FileStore
+from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage
+from agent.ui import auth
 from tests.agentkit import E2E, make_repo, write_config
 from tests.clusters import ClusterPool, kubectl
 from tests.daemonkit import Daemons, status, tune
@@ -117,6 +121,24 @@ def test_a_hand_edit_in_report_mode_stays_and_is_reported_once_naming_kubectl_an
     assert row["drift_objects"] == 2
     shown = next(d for d in row["drift"] if d["object"].startswith("Deployment"))
     assert (shown["manager"], shown["git"], shown["live"]) == ("kubectl-edit", "nginx:1.27", "evil:1")
+
+    table = format_status({"agent": cfg.agent.name, "clusters": [row]}).splitlines()
+    by = f"by kubectl-edit (Update) at {image.time}"
+    assert f"  pool-a: Deployment.apps/{ns}/web: drift reported: {image.path} {by}" in table, table
+    # The status page: field, Git's and live's value, who and when.
+    page = StatusPage(
+        lambda: Snapshot(cfg.agent.name, (ClusterSnapshot("pool-a", agent.fleet.status["pool-a"]),)),
+        FileStore(tmp_path / "records"),
+        access=auth.Access.OPEN,
+    )
+    page.load()
+    page.record_passes([r], {}, may_write=lambda _: True)
+    html = page.handle("GET", "/ui/clusters/pool-a/apps/pool-a", {}).body.decode()
+    drift_table = html[html.index('id="drift"') : html.index("<h2>Objects</h2>")]
+    assert "spec.template.spec.containers[name=web].image" in drift_table
+    assert "kubectl-edit (Update)" in drift_table and f'datetime="{image.time}"' in drift_table
+    assert "&#34;evil:1&#34;" in drift_table or '"evil:1"' in drift_table
+    assert "hand-set" not in html and "aGFuZC1zZXQ=" not in html
 
     # A new revision is applied whole: the drift of what it applies is corrected, and said so.
     repo.commit({"clusters/pool-a/app.yaml": manifests(ns, image="nginx:1.28")})

@@ -182,6 +182,25 @@ def test_an_object_deleted_by_hand_in_report_mode_is_reported_not_recreated_unti
     ]
 
 
+def test_a_restarted_agent_still_reports_drift_at_the_revision_its_parent_records(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("drift")
+    repo = make_repo(tmp_path, {"clusters/pool-a/app.yaml": manifests(ns)})
+    cfg = write_config(tmp_path, repo, {"pool-a": a}, defaults=REPORT)
+    first = e2e.agent(cfg)
+    assert first.reconcile()["pool-a"].ok
+    edit_image(a.kubeconfig, ns, "evil:1")
+    restarted = e2e.agent(cfg)  # knows nothing of the passes before
+    r = restarted.reconcile()["pool-a"]
+    assert r.ok and [(d.key.kind, d.manager, d.fate) for d in r.drift] == [
+        ("Deployment", "kubectl-edit", DriftFate.REPORTED)
+    ]
+    live = get(a.kubeconfig, "deployment", "web", "-n", ns)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "evil:1"
+
+
 def test_correct_mode_reverts_a_hand_edit_and_reports_no_drift(
     tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
 ) -> None:

@@ -68,6 +68,7 @@ from agent.model.keys import (
 from agent.model.names import (
     ADDITIONAL_NAMESPACES,
     AGENT_LABEL,
+    APPLIED_REVISION,
     ARGOCD_NO_PRUNE,
     ARGOCD_SYNC_OPTIONS,
     CLAIMED_BY,
@@ -110,6 +111,7 @@ from agent.model.results import (
 __all__ = [
     "ADDITIONAL_NAMESPACES",
     "AGENT_LABEL",
+    "APPLIED_REVISION",
     "ARGOCD_NO_PRUNE",
     "ARGOCD_SYNC_OPTIONS",
     "CLAIMED_BY",

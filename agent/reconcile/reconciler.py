@@ -35,6 +35,7 @@ from agent.errors import (
 )
 from agent.kube.client import KubeClient
 from agent.model import (
+    APPLIED_REVISION,
     PRUNE_HELD,
     Action,
     ApiFinding,
@@ -276,13 +277,24 @@ class ClusterReconciler(ClusterPipeline):
             if members != run.members:
                 ap.ready.store.write(members.values())
             run.members = members
+            self._applied(ap)
+
+    def _applied(self, ap: AppPlan) -> None:
+        """Record on the parent the revision a successful pass of a ``drift = "report"`` app
+        applied, when it changed: after a restart, drift is still told from a new revision."""
+        run, inventory = ap.run, ap.run.inventory or ap.ready.inventory
+        if run.app.settings.drift is not DriftMode.REPORT or not run.result.ok or run.revision is None:
+            return
+        if inventory.exists and inventory.applied_revision != run.revision.sha:
+            ap.ready.store.set_annotation(APPLIED_REVISION, run.revision.sha)
 
     def _hold_drift(self, ap: AppPlan, changes: tuple[Change, ...]) -> tuple[Change, ...]:
         """``drift = "report"`` at the revision last applied: drift reported, nothing sent for it."""
         run = ap.run
         if run.app.settings.drift is not DriftMode.REPORT or run.revision is None:
             return changes
-        if self.succeeded.get(run.name) != run.revision.sha:
+        inventory = run.inventory or ap.ready.inventory
+        if run.revision.sha not in (self.succeeded.get(run.name), inventory.applied_revision):
             return changes  # a new revision (or none applied yet): applied whole
         held = drift_plan.hold(changes, {v.obj.key: v.drift for v in ap.verdicts}, _created(run))
         run.result.drift.extend(held.drift)

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from agent.cli.diff import diff
 from agent.cli.ops import format_status
 from agent.model import DriftFate, DriftKind, Evidence, Note, Outcome
 from agent.report.events import events_for
@@ -139,6 +141,15 @@ def test_a_hand_edit_in_report_mode_stays_and_is_reported_once_naming_kubectl_an
     assert "kubectl-edit (Update)" in drift_table and f'datetime="{image.time}"' in drift_table
     assert "&#34;evil:1&#34;" in drift_table or '"evil:1"' in drift_table
     assert "hand-set" not in html and "aGFuZC1zZXQ=" not in html
+
+    # The live diff marks it: at this revision the pass leaves it.
+    report = CliRunner().invoke(diff, ["--config", cfg.file, "--format", "json"], catch_exceptions=False)
+    doc = json.loads(report.stdout)
+    (web_diff,) = [o for o in doc["clusters"][0]["apps"][0]["objects"] if o["kind"] == "Deployment"]
+    assert web_diff["note"].startswith("drift (drift = report), left and reported at this revision: "), (
+        web_diff
+    )
+    assert f"{image.path} changed by kubectl-edit (Update) at {image.time}" in web_diff["note"]
 
     # A new revision is applied whole: the drift of what it applies is corrected, and said so.
     repo.commit({"clusters/pool-a/app.yaml": manifests(ns, image="nginx:1.28")})

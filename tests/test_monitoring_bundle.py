@@ -3,7 +3,8 @@ promtool, and the bundle applied to a real cluster with the prometheus-operator 
 kube-prometheus (../shared/corpus, unmodified).
 
 The running agent is made to show what the alerts are about: one app that does not render, one
-whose prune the mass-deletion brake holds, a notification sink that fails, a Lease held. Its
+whose prune the mass-deletion brake holds and whose drift is reported (``drift = "report"``), a
+notification sink that fails, a Lease held. Its
 scrape is the ground truth: every metric name the rules and the dashboard use must be on it, and
 promtool's input series are its samples, with the scrape's values (promtool's time 0 is the
 moment of the scrape).
@@ -99,7 +100,7 @@ url = "{down.url}/fail"
 retries = 0
 """,
     )
-    cfg = tune(cfg, defaults={"reconcile_interval": "1s", "brake_min_inventory": 2})
+    cfg = tune(cfg, defaults={"reconcile_interval": "1s", "brake_min_inventory": 2, "drift": "report"})
     leases = LeaseSettings(
         enabled=True,
         namespace=lease_ns,
@@ -119,6 +120,10 @@ retries = 0
         lambda: "brake" in (_cluster(cfg, "pool-b").get("prune_refused") or ""),
         60,
     )
+    # drift = "report": a hand edit of a field Git declares stays, and is counted.
+    patch = json.dumps({"data": {"greeting": "by-hand"}})
+    kubectl(b.kubeconfig, "patch", "configmap", "one", "-n", ns, "--field-manager=kubectl-edit", "-p", patch)
+    wait_for("the drift reported", lambda: _cluster(cfg, "pool-b").get("drift_objects") == 1, 60)
     wait_for(
         "a failed notification",
         lambda: daemon.notifier is not None and daemon.notifier.deliveries[0].counts["failed"] >= 1,
@@ -228,6 +233,9 @@ def test_each_alert_fires_on_series_from_the_real_scrape_and_only_then(
         ],
         "GitopsAgentPruneHeld": [
             _alert("GitopsAgentPruneHeld", {"cluster": "pool-b", "app": "pool-b"}, group)
+        ],
+        "GitopsAgentDriftReported": [
+            _alert("GitopsAgentDriftReported", {"cluster": "pool-b", "app": "pool-b"}, group)
         ],
         "GitopsAgentNotificationsLost": [
             _alert("GitopsAgentNotificationsLost", {"sink": "down", "result": "failed"}, group)

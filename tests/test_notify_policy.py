@@ -143,4 +143,5 @@ def test_a_fenced_pass_says_nothing_and_a_brake_is_read_only_from_a_pass_that_go
     assert [(o.condition, o.bad) for o in pass_observations(braked)] == [
         (Condition.RECONCILE, False),
         (Condition.PRUNE, True),
+        (Condition.DRIFT, False),
     ]

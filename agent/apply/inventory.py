@@ -42,6 +42,7 @@ from agent.kube.client import KubeClient, ResourceInfo
 from agent.model import (
     ADDITIONAL_NAMESPACES,
     AGENT_LABEL,
+    APPLIED_REVISION,
     CLAIMED_BY,
     GROUP_KINDS,
     ID_LABEL,
@@ -136,6 +137,11 @@ class Inventory:
     def held_digest(self) -> str:
         """The prune set the brake held in the last pass (``""``: none)."""
         return self.annotations.get(PRUNE_HELD, "")
+
+    @property
+    def applied_revision(self) -> str:
+        """The revision the app's last successful pass applied (``drift = "report"`` only; ``""``)."""
+        return self.annotations.get(APPLIED_REVISION, "")
 
     @property
     def claimed_by(self) -> str:

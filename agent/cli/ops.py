@@ -287,6 +287,10 @@ def format_status(doc: dict[str, Any]) -> str:
         for y in c.get("yields") or []:  # as `run --once` lists them: never a silent yield
             via = y.get("subresource") or y.get("operation")
             errors.append(f"  {where}: {y['object']}: yielded: {y['path']} kept by {y['manager']} ({via})")
+        for d in c.get("drift") or []:  # drift = "report": who changed what, when
+            what = d["path"] or "deleted"
+            who = f" by {d['manager']} ({d['operation']}) at {d['time']}" if d.get("manager") else ""
+            errors.append(f"  {where}: {d['object']}: drift {d['fate']}: {what}{who}")
         health = c.get("health") or {}
         if health and health.get("state") != "Current":
             blocker = f"; {health['blocker']}" if health.get("blocker") else ""

@@ -61,6 +61,15 @@ class Adopt(StrEnum):
     ALWAYS = "always"
 
 
+class DriftMode(StrEnum):
+    """What a pass does with drift while the app's revision stays the one it applied (``drift``)."""
+
+    #: Git wins: drift is overwritten by the next pass (and a deleted object re-created).
+    CORRECT = "correct"
+    #: Drift is reported (who changed what, when) and left; a new revision is applied whole.
+    REPORT = "report"
+
+
 class PropagationPolicy(StrEnum):
     """How the server deletes a pruned object's dependents (``propagation_policy``)."""
 
@@ -326,6 +335,8 @@ class ClusterSettings:
     substitute: bool | None = None
     #: Create the app's target namespace if missing (as the app, inside allowed_namespaces, never pruned).
     create_namespace: bool = False
+    #: Drift of Git-declared fields: corrected each pass, or reported and left until a new revision.
+    drift: DriftMode = DriftMode.CORRECT
 
 
 @dataclass(frozen=True)
@@ -399,6 +410,7 @@ APP_SETTING_KEYS = frozenset(
         "propagation_policy",
         "default_namespace",
         "create_namespace",
+        "drift",
         "render_timeout",
         "render_memory",
         "exclude",

@@ -13,7 +13,7 @@ it up). Metrics, ``/status``, Events and the CLI read these fields; nothing
 classifies a message by its text.
 
 The vocabulary lives in one module each (``keys``, ``desired``, ``changes``, ``results``,
-``failures``, ``health``, ``names``); every name is re-exported here, so ``from agent.model
+``failures``, ``health``, ``names``, ``drift``); every name is re-exported here, so ``from agent.model
 import X`` is the one spelling callers use.
 """
 
@@ -36,6 +36,7 @@ from agent.model.desired import (
     Provenance,
     Revision,
 )
+from agent.model.drift import Drift, DriftFate, DriftKind, Evidence, drifted_objects
 from agent.model.failures import (
     AccessProblem,
     Failure,
@@ -68,6 +69,7 @@ from agent.model.keys import (
 from agent.model.names import (
     ADDITIONAL_NAMESPACES,
     AGENT_LABEL,
+    APPLIED_REVISION,
     ARGOCD_NO_PRUNE,
     ARGOCD_SYNC_OPTIONS,
     CLAIMED_BY,
@@ -110,6 +112,7 @@ from agent.model.results import (
 __all__ = [
     "ADDITIONAL_NAMESPACES",
     "AGENT_LABEL",
+    "APPLIED_REVISION",
     "ARGOCD_NO_PRUNE",
     "ARGOCD_SYNC_OPTIONS",
     "CLAIMED_BY",
@@ -152,7 +155,11 @@ __all__ = [
     "DecryptFault",
     "DesiredObject",
     "DesiredSet",
+    "Drift",
+    "DriftFate",
+    "DriftKind",
     "EncryptedSource",
+    "Evidence",
     "Failure",
     "FailureReason",
     "FieldConflict",
@@ -177,6 +184,7 @@ __all__ = [
     "ScopeViolation",
     "SkipReason",
     "app_page",
+    "drifted_objects",
     "parse_release",
     "phase_of",
     "release_text",

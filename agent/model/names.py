@@ -22,6 +22,9 @@ SUSPENDED = "gitops-agent.io/suspended"
 PRUNE_APPROVAL = "gitops-agent.io/prune-approved-digest"
 PRUNE_HELD = "gitops-agent.io/prune-held-digest"
 CLAIMED_BY = "gitops-agent.io/claimed-by"
+#: On a parent of an app with ``drift = "report"``: the revision its last successful pass applied
+#: (a restarted agent still knows drift from a new revision).
+APPLIED_REVISION = "gitops-agent.io/applied-revision"
 #: On a status page record (a ConfigMap in the management cluster): what it records ("status").
 RECORD_LABEL = "gitops-agent.io/record"
 #: On a Lease: its role ("cluster" | "replica") and the cluster it is for.

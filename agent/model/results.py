@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agent.model.changes import FieldConflict, SkipReason
+from agent.model.drift import Drift, DriftFate
 from agent.model.failures import Failure, FailureReason, PassState, PruneReason, PruneRefusal, Refusal
 from agent.model.keys import ObjectKey
 
@@ -50,6 +51,8 @@ class Note(enum.StrEnum):
     CASCADE_UNKNOWN = "cascade-unknown"
     #: Kept: an ApplySet parent (an app's inventory) is never pruned by an app.
     INVENTORY_PARENT = "inventory-parent"
+    #: Unchanged: its drift is reported, not corrected (``drift = "report"``; ``ClusterResult.drift``).
+    DRIFT = "drift"
 
 
 class ApiProblem(enum.StrEnum):
@@ -154,6 +157,8 @@ class ClusterResult:
     #: apiVersions found before anything was written (not served, deprecated) and the server's
     #: ``Warning`` headers on the pass's applies, per object.
     api_findings: list[ApiFinding] = field(default_factory=list)
+    #: Drift found in this pass (``model.drift``): reported and left, or corrected by a new revision.
+    drift: list[Drift] = field(default_factory=list)
 
     @property
     def error(self) -> str | None:
@@ -204,6 +209,11 @@ class ClusterResult:
     @property
     def failed(self) -> int:
         return self.count(Outcome.FAILED)
+
+    @property
+    def drift_reported(self) -> list[Drift]:
+        """The drift left in the cluster after this pass (reported, not corrected)."""
+        return [d for d in self.drift if d.fate is DriftFate.REPORTED]
 
     @property
     def yielded(self) -> int:

@@ -12,6 +12,9 @@ Alerts, per (cluster, app, condition):
   a deliberate stop, waiting for a person).
 - ``health``: the app's wait ended Failed (already debounced and bounded by ``health_timeout``);
   fires at once.
+- ``drift``: an app with ``drift = "report"`` has drift its pass left in the cluster; fires at
+  once, is never reminded of (it is a state, not a failure: ``/status`` and the metric show it
+  while it lasts), and resolves when a pass finds none (corrected, undone, or a new revision).
 
 A firing condition is reminded of after ``remind[0]``, then ``remind[1]``, ... seconds (the last
 one repeating), and sends one resolved message when it recovers. Nothing is sent twice: the state
@@ -29,7 +32,15 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agent.config.types import AlertSettings, Severity
-from agent.model import AppHealth, ClusterResult, FailureReason, HealthState, PruneReason, app_page
+from agent.model import (
+    AppHealth,
+    ClusterResult,
+    FailureReason,
+    HealthState,
+    PruneReason,
+    app_page,
+    drifted_objects,
+)
 
 
 class Condition(enum.StrEnum):
@@ -38,6 +49,7 @@ class Condition(enum.StrEnum):
     RECONCILE = "reconcile"
     PRUNE = "prune"
     HEALTH = "health"
+    DRIFT = "drift"
 
 
 class NoticeKind(enum.StrEnum):
@@ -51,6 +63,7 @@ REASONS = {
     Condition.RECONCILE: ("ReconcileFailed", "ReconcileSucceeded"),
     Condition.PRUNE: ("PruneBlocked", "PruneResumed"),
     Condition.HEALTH: ("HealthFailed", "HealthCurrent"),
+    Condition.DRIFT: ("DriftDetected", "DriftResolved"),
 }
 
 
@@ -197,7 +210,7 @@ def _fire(
     obs_key: tuple[str, str, Condition], a: Alert, now: float, settings: AlertSettings
 ) -> tuple[Alert, Notice]:
     cluster, app, condition = obs_key
-    delay = _reminder_delay(settings, 0)
+    delay = None if condition is Condition.DRIFT else _reminder_delay(settings, 0)
     fired = replace(a, fired_at=now, reminders=0, next_at=None if delay is None else now + delay)
     return fired, _notice(cluster, app, condition, NoticeKind.FIRING, fired, now)
 
@@ -339,7 +352,30 @@ def pass_observations(result: ClusterResult) -> list[Observation]:
         out.append(
             Observation(result.cluster, app, Condition.PRUNE, brake, result.revision, _text(message), "brake")
         )
+        out.append(drift_observation(result))
     return out
+
+
+def drift_observation(result: ClusterResult) -> Observation:
+    """Whether the pass left drift (``drift = "report"``), naming each field, who and when."""
+    app = result.app or result.cluster
+    left = result.drift_reported
+    if not left:
+        corrected = drifted_objects(result.drift)
+        message = (
+            f"drift corrected by revision {result.revision[:12]} on {corrected} object(s)"
+            if corrected
+            else "no drift left"
+        )
+        return Observation(result.cluster, app, Condition.DRIFT, False, result.revision, message, "drift")
+    lines = [d.describe() for d in left[:10]]
+    if len(left) > 10:
+        lines.append(f"and {len(left) - 10} more")
+    objects = drifted_objects(left)
+    head = f"drift on {objects} object(s), reported and not corrected (drift = report):"
+    return Observation(
+        result.cluster, app, Condition.DRIFT, True, result.revision, _text("\n".join([head, *lines])), "drift"
+    )
 
 
 def health_observation(cluster: str, health: AppHealth) -> Observation | None:

@@ -414,6 +414,15 @@ def replace_path(doc: Any, path: FieldPath, node: Node, value: Any) -> bool:
     return True
 
 
+def value_at(doc: Any, path: FieldPath, node: Node) -> Any:
+    """The value at ``path`` of ``doc`` (``None`` when nothing is there)."""
+    found = _locate(doc, path, node)
+    if found is None:
+        return None
+    container, at = found
+    return container[at]
+
+
 def _unescape(segment: str) -> str:
     return segment.replace("~1", "/").replace("~0", "~")
 

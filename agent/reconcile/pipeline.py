@@ -25,7 +25,7 @@ import structlog
 
 from agent.apply import prune as prune_stage
 from agent.apply.inventory import Inventory, load_parents, parent_name
-from agent.config.types import ClusterConfig, Config
+from agent.config.types import ClusterConfig, Config, DriftMode
 from agent.errors import ClusterRefused, RenderError, ScopeError
 from agent.kube.client import KubeClient
 from agent.model import (
@@ -433,7 +433,13 @@ class ClusterPipeline(ClusterStages):
             run = shared.runs[name]
             assert run.options is not None and run.revision is not None  # active: planned
             planned = self.memo(name).verdicts(
-                name, self.cluster.name, run.revision.sha, objs, live, run.options
+                name,
+                self.cluster.name,
+                run.revision.sha,
+                objs,
+                live,
+                run.options,
+                observe=run.app.settings.drift is DriftMode.REPORT,
             )
             for v in planned:
                 if v.obj.key in extra:

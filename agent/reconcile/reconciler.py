@@ -25,7 +25,7 @@ import structlog
 
 from agent.apply import ssa as apply_stage
 from agent.apply.inventory import Inventory, widen
-from agent.config.types import ClusterConfig, Config
+from agent.config.types import ClusterConfig, Config, DriftMode
 from agent.errors import (
     AgentError,
     ApiError,
@@ -35,6 +35,7 @@ from agent.errors import (
 )
 from agent.kube.client import KubeClient
 from agent.model import (
+    APPLIED_REVISION,
     PRUNE_HELD,
     Action,
     ApiFinding,
@@ -53,6 +54,7 @@ from agent.model import (
     PruneReason,
     Revision,
 )
+from agent.plan import drift as drift_plan
 from agent.plan import masking
 from agent.plan.causes import replan_after_conflict
 from agent.plan.planner import request_body
@@ -72,6 +74,11 @@ from agent.render.renderer import RenderCache
 __all__ = ["ClientFactory", "ClusterReconciler", "SameCluster", "app_render_spec", "render_spec"]
 
 log = structlog.get_logger("gitops_agent.reconcile")
+
+
+def _created(run: AppRun) -> set[ObjectKey]:
+    """The members the app created or adopted once (their UID recorded): gone now, deleted by hand."""
+    return {k for k, m in run.members.items() if m.uid}
 
 
 class ClusterReconciler(ClusterPipeline):
@@ -258,17 +265,56 @@ class ClusterReconciler(ClusterPipeline):
         )
         client = self.client_for(run.app)
         the_plan = confirm_plan(client, ap.plan, ap.verdicts, self.memo(run.name), apply_opts, whole=ap.whole)
+        changes = self._hold_drift(ap, the_plan.changes)
         if not dry_run:
             # create_namespace: before anything is applied (found in this pass's read: nothing asked)
             self.create_namespace(run.app, ap.by_key, None if run.identity else ap.live)
             self._widen(ap)
-        self._apply(ap, the_plan.changes, client, apply_opts, shared)
+        self._apply(ap, changes, client, apply_opts, shared)
+        self._corrected_drift(ap, changes)
         self._prune(ap, client, dry_run=dry_run)
         if not dry_run:
             members = narrowed(run.members, ap.mine, ap.live, result.results, ap.decision.gone)
             if members != run.members:
                 ap.ready.store.write(members.values())
             run.members = members
+            self._applied(ap)
+
+    def _applied(self, ap: AppPlan) -> None:
+        """Record on the parent the revision a successful pass of a ``drift = "report"`` app
+        applied, when it changed: after a restart, drift is still told from a new revision."""
+        run, inventory = ap.run, ap.run.inventory or ap.ready.inventory
+        if run.app.settings.drift is not DriftMode.REPORT or not run.result.ok or run.revision is None:
+            return
+        if inventory.exists and inventory.applied_revision != run.revision.sha:
+            ap.ready.store.set_annotation(APPLIED_REVISION, run.revision.sha)
+
+    def _hold_drift(self, ap: AppPlan, changes: tuple[Change, ...]) -> tuple[Change, ...]:
+        """``drift = "report"`` at the revision last applied: drift reported, nothing sent for it."""
+        run = ap.run
+        if run.app.settings.drift is not DriftMode.REPORT or run.revision is None:
+            return changes
+        inventory = run.inventory or ap.ready.inventory
+        if run.revision.sha not in (self.succeeded.get(run.name), inventory.applied_revision):
+            return changes  # a new revision (or none applied yet): applied whole
+        held = drift_plan.hold(changes, {v.obj.key: v.drift for v in ap.verdicts}, _created(run))
+        run.result.drift.extend(held.drift)
+        run.result.results.extend(
+            ApplyResult(k, Outcome.UNCHANGED, message=drift_plan.held_message(ds), note=Note.DRIFT)
+            for k, ds in held.held.items()
+        )
+        if held.held:
+            log.info("drift reported, not corrected (drift = report)", app=run.name, objects=len(held.held))
+        return held.changes
+
+    def _corrected_drift(self, ap: AppPlan, changes: tuple[Change, ...]) -> None:
+        """At a new revision of a ``drift = "report"`` app: the drift its apply overwrote."""
+        run = ap.run
+        if run.app.settings.drift is not DriftMode.REPORT:
+            return
+        applied = {r.key for r in run.result.results if r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
+        evidence = {v.obj.key: v.drift for v in ap.verdicts}
+        run.result.drift.extend(drift_plan.corrected(changes, evidence, _created(run), applied))
 
     def _widen(self, ap: AppPlan) -> None:
         """Record what is about to be applied before applying it (docs/safety.md rule 10)."""

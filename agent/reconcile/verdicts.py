@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.model import Action, AppConflict, Change, DesiredObject, Manifest, ObjectKey, Plan
+from agent.model import Action, AppConflict, Change, DesiredObject, Drift, Manifest, ObjectKey, Plan
+from agent.plan import drift as drift_plan
 from agent.plan.planner import PlanOptions, plan
 
 
@@ -38,6 +39,8 @@ class Verdict:
     #: ``managedFields`` (``content_digest``). A dry-run's answer is compared with it
     #: (``reconcile.confirm``); the pass does not keep the live object itself.
     live_digest: str = ""
+    #: Of an update of an app with ``drift = "report"``: the drift it would overwrite (``plan.drift``).
+    drift: tuple[Drift, ...] = ()
 
 
 class NoopMemo:
@@ -72,8 +75,12 @@ class NoopMemo:
         desired: list[DesiredObject],
         known: Mapping[ObjectKey, Manifest | None],
         options: PlanOptions,
+        *,
+        observe: bool = False,
     ) -> list[Verdict]:
-        """One verdict per desired object; reads the memo only (it may run on a listing thread)."""
+        """One verdict per desired object; reads the memo only (it may run on a listing thread).
+
+        ``observe``: read the drift each update would overwrite (``drift = "report"``)."""
         out: list[Verdict] = []
         todo: list[DesiredObject] = []
         for obj in desired:
@@ -102,7 +109,14 @@ class NoopMemo:
                 if change.action is Action.CONFLICT
                 else ""
             )
-            out.append(Verdict(app, obj, slim(change), version(live), live_digest=live_digest))
+            seen = (
+                drift_plan.observe(
+                    obj, live, change, field_manager=options.field_manager, schema=options.schema
+                )
+                if observe
+                else ()
+            )
+            out.append(Verdict(app, obj, slim(change), version(live), live_digest=live_digest, drift=seen))
         return out
 
     def confirmed(self, obj: DesiredObject, live: tuple[str, str], change: Change) -> None:

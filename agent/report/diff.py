@@ -43,6 +43,7 @@ from agent.model import (
     ApplyResult,
     Change,
     DesiredObject,
+    Drift,
     Manifest,
     ObjectKey,
     Outcome,
@@ -252,7 +253,22 @@ def _report(rec: ClusterReconciler, ap: AppPlan) -> AppReport:
                 if run.name in (c.holder, c.other)
             )
             report = _flagged(report, v.obj, lines, "", skip=False)
+    drifted = {v.obj.key: v.drift for v in ap.verdicts if v.drift}
+    if drifted:  # drift = "report": what of the change overwrites a hand edit, and whose
+        kept = (run.inventory or ap.ready.inventory).applied_revision == ap.ready.revision.sha
+        noted = tuple(_drift_noted(o, drifted.get(_key_of(o), ()), kept=kept) for o in report.objects)
+        report = replace(report, objects=noted)
     return report
+
+
+def _drift_noted(o: ObjectReport, drift: tuple[Drift, ...], *, kept: bool) -> ObjectReport:
+    """``o`` marked as drift: left as it is (the revision the app last applied), or corrected."""
+    if not drift or o.action is not ObjectAction.UPDATE:
+        return o
+    fate = "left and reported at this revision" if kept else "corrected by this revision"
+    said = "; ".join(f"{d.path} changed by {d.who}" for d in drift)
+    note = f"drift (drift = report), {fate}: {said}"
+    return replace(o, note=f"{o.note}; {note}" if o.note else note)
 
 
 def _by_change(ap: AppPlan) -> list[Verdict | None]:

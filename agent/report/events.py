@@ -1,6 +1,7 @@
 """Kubernetes Events on an app's ApplySet parent for objects that failed, were pruned, or could
 not be read (skipped because their listing failed or was refused: unknown, not absent), and for
-the end of a wait on its rollout (``HealthFailed`` naming the blocker, ``HealthCurrent``).
+the end of a wait on its rollout (``HealthFailed`` naming the blocker, ``HealthCurrent``), and
+for drift an app with ``drift = "report"`` leaves (``DriftDetected``, naming field, who and when).
 
 Called by ``fleet.Fleet`` after each (non-dry-run) pass, once per app, with that
 cluster's own client: ``kubectl describe configmap <parent> -n <namespace>``
@@ -34,6 +35,7 @@ from agent.model import (
     AppHealth,
     ApplyResult,
     ClusterResult,
+    Drift,
     HealthState,
     Note,
     Outcome,
@@ -183,6 +185,47 @@ def emit_health(
     subject = _Pass(cluster, health.app, health.revision)
     message = health.health.describe()[:1000]
     return _write(client, namespace, ref, subject, severity, reason, message, "health", component, instance)
+
+
+def new_drift(result: ClusterResult, previous: ClusterResult | None) -> list[Drift]:
+    """The drift ``result`` reports that ``previous`` (the app's last pass) did not: each is told once."""
+    seen = {_drift_id(d) for d in previous.drift_reported} if previous is not None else set()
+    return [d for d in result.drift_reported if _drift_id(d) not in seen]
+
+
+def _drift_id(d: Drift) -> str:
+    return f"{d.key}|{d.kind.value}|{d.path}|{d.manager}|{d.time}|{d.live!r}"
+
+
+def emit_drift(
+    client: KubeClient,
+    result: ClusterResult,
+    drift: list[Drift],
+    *,
+    parent_name: str,
+    namespace: str,
+    component: str,
+    instance: str = "",
+) -> int:
+    """One ``DriftDetected`` Event per object with new drift (``new_drift``), each field named
+    with Git's and live's value (masked by the plan where secret), who changed it and when."""
+    if not drift or result.dry_run:
+        return 0
+    ref = _parent_ref(client, namespace, parent_name, result.cluster)
+    if ref is None:
+        return 0
+    by_object: dict[str, list[Drift]] = {}
+    for d in drift:
+        by_object.setdefault(str(d.key), []).append(d)
+    subject = _Pass(result.cluster, result.app, result.revision)
+    written = 0
+    for ds in list(by_object.values())[:MAX_EVENTS]:
+        message = ("; ".join(d.describe() for d in ds) + " (drift = report: not corrected)")[:1000]
+        about = "drift|" + "|".join(_drift_id(d) for d in ds)
+        written += _write(
+            client, namespace, ref, subject, "Warning", "DriftDetected", message, about, component, instance
+        )
+    return written
 
 
 def _parent_ref(client: KubeClient, namespace: str, parent_name: str, cluster: str) -> dict[str, Any] | None:

@@ -347,7 +347,28 @@ class Fleet:
                     )
                 except Exception as e:  # events are best effort
                     log.warning("events not written", cluster=name, app=result.app, error=str(e))
+            if self.emit_events and not dry_run and result.drift:
+                self._drift_events(reconciler, name, result)
         return results
+
+    def _drift_events(self, reconciler: ClusterReconciler, name: str, result: ClusterResult) -> None:
+        """``DriftDetected`` for the drift the app's last pass did not report (best effort)."""
+        slot = self._slots.get(name)
+        app = result.app or name
+        previous = slot.status.app(app).last_result if slot and app in slot.status.apps else None
+        fresh = events.new_drift(result, previous)
+        if fresh:
+            try:
+                events.emit_drift(
+                    reconciler.client,
+                    result,
+                    fresh,
+                    parent_name=reconciler.parent_of(app),
+                    namespace=self.config.agent.namespace,
+                    component=self.config.agent.name,
+                )
+            except Exception as e:  # events are best effort
+                log.warning("drift events not written", cluster=name, app=result.app, error=str(e))
 
     def record(self, result: ClusterResult) -> None:
         """One app's result into its status, metrics and log."""

@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from agent.config.types import AGENT_DEFAULTS, AgentSettings
-from agent.model import ClusterResult, HealthState, Note, Outcome, PassState, PruneReason
+from agent.model import ClusterResult, HealthState, Note, Outcome, PassState, PruneReason, drifted_objects
 from agent.run.listener import Environ, Limits, Listener, StartResponse, guard, headers_of, status_line
 from agent.run.statuspage import Response, StatusPage, with_security_headers
 from agent.ui import auth
@@ -137,6 +137,12 @@ class Metrics:
             c,
             registry=r,
         )
+        self.drift = Gauge(
+            "gitops_agent_drift_objects",
+            'Objects with drift the last pass reported and left (drift = "report").',
+            c,
+            registry=r,
+        )
         self.lease_held = Gauge(
             "gitops_agent_lease_held",
             "1 while this replica holds the cluster's Lease (writes).",
@@ -201,6 +207,7 @@ class Metrics:
         if result.failure is None:  # a pass that failed earlier never reached its prune: unknown
             held = result.prune_refusal is not None and result.prune_refusal.reason is PruneReason.BRAKE
             self.prune_held.labels(*c).set(1 if held else 0)
+            self.drift.labels(*c).set(drifted_objects(result.drift_reported))
         if result.state is PassState.OK:
             self.last_success.labels(*c).set(time.time())
             with self._lock:  # one revision series per app: drop this app's previous one
@@ -265,6 +272,7 @@ class Metrics:
             self.next_run,
             self.suspended,
             self.prune_held,
+            self.drift,
             self.lease_held,
             self.cluster_health,
         ):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent.model import AppHealth, ClusterResult, HealthState, Outcome, PassState
+from agent.model import AppHealth, ClusterResult, HealthState, Outcome, PassState, drifted_objects
 from agent.plan.fields import render_path
 from agent.plan.health import worst
 
@@ -117,6 +117,10 @@ class AppStatus:
             "yields": _yields(r) if r else [],
             # What was not applied, and why (``SkipReason``): another set, reconcile disabled, a hook.
             "skipped": _skipped(r) if r else [],
+            # Drift (``drift = "report"``): each field with Git's and live's value (Secrets
+            # masked), who changed it and when; ``fate`` says left (reported) or corrected.
+            "drift_objects": drifted_objects(r.drift_reported) if r else 0,
+            "drift": [d.to_json() for d in r.drift] if r else [],
             "pruned": r.count(Outcome.PRUNED) if r else 0,
             "failed_objects": r.failed if r else 0,
             "last_run_at": _iso(r.finished) if r else None,

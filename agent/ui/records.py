@@ -30,6 +30,8 @@ from agent.model import (
     AppHealth,
     ApplyResult,
     ClusterResult,
+    Drift,
+    DriftKind,
     FieldConflict,
     Outcome,
     PassState,
@@ -90,6 +92,43 @@ class Yield:
             via=c.subresource or c.operation,
             kept=MASK if masked else _value(c.live),
             git=MASK if masked else _value(c.desired),
+        )
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    """A drifted field (``drift = "report"``) as the page shows it: field, Git's and live's value,
+    who changed it and when (values masked by the plan, again here for a Secret's fields)."""
+
+    key: str
+    path: str
+    git: str
+    live: str
+    #: ``kubectl-edit (Update)``, or what is known of the writer.
+    who: str
+    #: The server's ``managedFields`` time of that write.
+    when: str
+    #: ``reported`` (left as it is) or ``corrected`` (by a new revision's apply).
+    fate: str
+
+    def __str__(self) -> str:
+        if not self.path:
+            return f"deleted in the cluster, {self.fate}"
+        return f"{self.path}: Git says {self.git}, live {self.live}, {self.fate}"
+
+    @classmethod
+    def of(cls, d: Drift) -> DriftRow:
+        masked = d.key.kind == "Secret" and d.path.startswith(("data", "stringData"))
+        deleted = d.kind is DriftKind.DELETED
+        who = f"{d.manager} ({d.operation})" if d.manager else ""
+        return cls(
+            key=str(d.key),
+            path=d.path,
+            git="" if deleted else MASK if masked else _value(d.git),
+            live="" if deleted else MASK if masked else _value(d.live),
+            who=who or ("unknown" if not deleted else "not recorded"),
+            when=d.time,
+            fate=d.fate.value,
         )
 
 
@@ -213,6 +252,8 @@ class AppRecord:
     #: Newest last, at most ``HISTORY_PASSES`` / ``HISTORY_EVENTS``.
     history: tuple[PassEntry, ...] = ()
     events: tuple[EventEntry, ...] = field(default_factory=tuple)
+    #: Drift of the last pass that ran (``drift = "report"``): left, or corrected by a new revision.
+    drift: tuple[DriftRow, ...] = ()
 
     @property
     def suspended(self) -> bool:
@@ -265,6 +306,7 @@ class AppRecord:
                 objects_left_out=int(doc["objects_left_out"]),
                 history=tuple(PassEntry(**h) for h in doc["history"]),
                 events=tuple(EventEntry(**e) for e in doc["events"]),
+                drift=tuple(DriftRow(**d) for d in doc.get("drift") or ()),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -352,7 +394,18 @@ def after_pass(
         new_events.append(
             EventEntry(at, severity, reason, clip(events.message_for(r)), result.revision, str(r.key))
         )
+    for d in result.drift_reported:
+        if (str(d.key), "DriftDetected", result.revision) not in seen:
+            seen.add((str(d.key), "DriftDetected", result.revision))
+            new_events.append(
+                EventEntry(
+                    at, "Warning", "DriftDetected", clip(str(DriftRow.of(d))), result.revision, str(d.key)
+                )
+            )
     synced = state == PassState.OK.value
+    drift = prev.drift
+    if result.results:
+        drift = tuple(DriftRow.of(d) for d in result.drift[:RECORD_OBJECTS])
     return replace(
         prev,
         state=state,
@@ -370,6 +423,7 @@ def after_pass(
         counts=counts,
         history=history,
         events=_keep_last(tuple(new_events), HISTORY_EVENTS),
+        drift=drift,
     )
 
 

@@ -13,7 +13,7 @@ it up). Metrics, ``/status``, Events and the CLI read these fields; nothing
 classifies a message by its text.
 
 The vocabulary lives in one module each (``keys``, ``desired``, ``changes``, ``results``,
-``failures``, ``health``, ``names``); every name is re-exported here, so ``from agent.model
+``failures``, ``health``, ``names``, ``windows``); every name is re-exported here, so ``from agent.model
 import X`` is the one spelling callers use.
 """
 
@@ -105,6 +105,7 @@ from agent.model.results import (
     Note,
     Outcome,
 )
+from agent.model.windows import WindowHold, WindowReason
 
 __all__ = [
     "ADDITIONAL_NAMESPACES",
@@ -174,6 +175,8 @@ __all__ = [
     "ScopeRule",
     "ScopeViolation",
     "SkipReason",
+    "WindowHold",
+    "WindowReason",
     "app_page",
     "parse_release",
     "phase_of",

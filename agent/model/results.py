@@ -12,6 +12,7 @@ from datetime import datetime
 from agent.model.changes import FieldConflict, SkipReason
 from agent.model.failures import Failure, FailureReason, PassState, PruneReason, PruneRefusal, Refusal
 from agent.model.keys import ObjectKey
+from agent.model.windows import WindowHold
 
 
 class Outcome(enum.StrEnum):
@@ -154,6 +155,8 @@ class ClusterResult:
     #: apiVersions found before anything was written (not served, deprecated) and the server's
     #: ``Warning`` headers on the pass's applies, per object.
     api_findings: list[ApiFinding] = field(default_factory=list)
+    #: A change window held its writes (state ``window``), or was overridden once (``forced``).
+    window: WindowHold | None = None
 
     @property
     def error(self) -> str | None:
@@ -192,6 +195,8 @@ class ClusterResult:
             return PassState.WAITING
         if self.prune_refusal is not None and self.prune_refusal.reason is PruneReason.SUSPENDED:
             return PassState.SUSPENDED
+        if self.window is not None and not self.window.forced:
+            return PassState.WINDOW
         return PassState.OK
 
     def count(self, outcome: Outcome) -> int:

@@ -149,15 +149,18 @@ class PassEntry:
     #: Why nothing was pruned, or why the cluster was not touched at all.
     refused: str = ""
     error: str = ""
+    #: A change window held its writes, or was overridden once (``sync --force-window``).
+    window: str = ""
 
     def same_outcome(self, other: PassEntry) -> bool:
         """The same revision, state and messages: a repeat that history does not keep twice."""
-        return (self.revision, self.state, self.failed, self.refused, self.error) == (
+        return (self.revision, self.state, self.failed, self.refused, self.error, self.window) == (
             other.revision,
             other.state,
             other.failed,
             other.refused,
             other.error,
+            other.window,
         )
 
 
@@ -213,6 +216,8 @@ class AppRecord:
     #: Newest last, at most ``HISTORY_PASSES`` / ``HISTORY_EVENTS``.
     history: tuple[PassEntry, ...] = ()
     events: tuple[EventEntry, ...] = field(default_factory=tuple)
+    #: What the last pass's change window said (held, or overridden once); "" when none did.
+    window: str = ""
 
     @property
     def suspended(self) -> bool:
@@ -265,6 +270,7 @@ class AppRecord:
                 objects_left_out=int(doc["objects_left_out"]),
                 history=tuple(PassEntry(**h) for h in doc["history"]),
                 events=tuple(EventEntry(**e) for e in doc["events"]),
+                window=str(doc.get("window", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -338,6 +344,7 @@ def after_pass(
         failed=result.failed,
         refused=clip(refused),
         error=clip(result.error or ""),
+        window=clip(result.window.message) if result.window else "",
     )
     history = prev.history
     changed_something = entry.applied or entry.pruned or result.count(Outcome.ORPHANED)
@@ -370,6 +377,7 @@ def after_pass(
         counts=counts,
         history=history,
         events=_keep_last(tuple(new_events), HISTORY_EVENTS),
+        window=entry.window,
     )
 
 

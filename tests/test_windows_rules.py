@@ -1,8 +1,12 @@
 """Change windows decided without a cluster: cron as cron reads it, overlaps, time zones, edges,
-and the config errors that name the key (``config.cron``, ``config.windows``, ``plan.windows``)."""
+the config errors that name the key (``config.cron``, ``config.windows``, ``plan.windows``), and
+``POST /sync``'s ``force_window`` on a loopback server."""
 
 from __future__ import annotations
 
+import time
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from agent.config.windows import ChangeWindow, WindowKind
 from agent.errors import ConfigError
 from agent.model import WindowReason
 from agent.plan.windows import is_open, window_state
+from agent.run.server import HealthServer, Metrics
 
 ALLOW, DENY = WindowKind.ALLOW, WindowKind.DENY
 # 2026-12-07 is a Monday.
@@ -334,3 +339,49 @@ def test_two_windows_of_one_name_are_a_config_error(kubeconfig: Path) -> None:
     with pytest.raises(ConfigError, match="names windows\\[0\\] already") as e:
         parse_config(config_with(kubeconfig, entry, entry), base_dir=kubeconfig.parent)
     assert e.value.path == "windows[1].name"
+
+
+# -- POST /sync?force_window ----------------------------------------------------------------
+
+
+def test_post_sync_passes_force_window_only_when_asked_and_only_with_the_token() -> None:
+    asked: list[tuple[str, str | None, bool]] = []
+
+    def sync(name: str, app: str | None = None, *, force_window: bool = False) -> tuple[int, dict[str, Any]]:
+        asked.append((name, app, force_window))
+        return 202, {"cluster": name}
+
+    server = HealthServer(
+        "127.0.0.1:0",
+        metrics=Metrics(),
+        last_tick=time.monotonic,
+        ready=lambda: None,
+        status=dict,
+        sync=sync,
+        token="t0ken",
+    )
+    server.start()
+    try:
+
+        def post(query: str, token: str = "t0ken") -> int:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{server.port}/sync?{query}",
+                method="POST",
+                data=b"",
+                headers={"Authorization": f"Bearer {token}"} if token else {},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        assert post("cluster=c&force_window=true", token="") == 401
+        assert post("cluster=c&force_window=yes") == 400
+        assert asked == []
+        assert post("cluster=c") == 202
+        assert post("cluster=c&app=web&force_window=true") == 202
+        assert post("cluster=c&force_window=1") == 202
+        assert asked == [("c", None, False), ("c", "web", True), ("c", None, True)]
+    finally:
+        server.stop()

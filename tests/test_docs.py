@@ -68,6 +68,10 @@ NOT_A_VALUE = {
     ("receivers", "kind"),
     ("receivers", "secret_file"),
     ("receivers", "secret_env"),
+    ("windows", "schedule"),
+    ("windows", "duration"),
+    ("windows", "kind"),
+    ("windows", "name"),
 }
 #: Tables that take the keys of another, which the reference documents once, in a sentence
 #: naming both: a `[[sources]]` entry is a `[source]` with a name, and so on.
@@ -123,6 +127,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
         "alerts": {},
         "receiver": {"listen": "127.0.0.1:9090"},
         "receivers": [{"name": "h", "kind": "github", "secret_file": "/etc/hook-secret"}],
+        "windows": [{"schedule": "0 22 * * *", "duration": "2h", "kind": "allow"}],
     }
 
 
@@ -255,6 +260,9 @@ def test_documented_required_keys_are_required(kubeconfig: Path) -> None:
         ("apps", "name"),
         ("apps", "cluster"),
         ("apps", "path"),
+        ("windows", "schedule"),
+        ("windows", "duration"),
+        ("windows", "kind"),
     )
     for section, key in required:
         data = base_data(kubeconfig)

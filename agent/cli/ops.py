@@ -5,7 +5,8 @@ the ``gitops-agent.io/suspended`` annotation on the cluster's ApplySet parent
 (in that cluster), so the state survives agent restarts and replica
 changes: every pass reads it first and, while it is set, changes nothing
 there. ``sync`` asks the running agent (``POST /sync?cluster=NAME`` on
-``[agent] listen``) for a pass now; when no agent answers there it runs one
+``[agent] listen``; ``--force-window``: ``&force_window=true``, one pass through a closed change
+window) for a pass now; when no agent answers there it runs one
 pass itself (taking the cluster's Lease first when Leases are configured).
 ``status`` prints the per-cluster table of the running agent's ``/status``. ``sync``, ``resume``
 and ``status`` send ``[agent] ui_token_file``'s token, which the agent asks for (``/sync``
@@ -186,7 +187,12 @@ def resume(config_file: str, cluster_name: str, app_name: str | None) -> None:
 @_cluster
 @_app
 @click.option("--local", is_flag=True, help="Do not ask a running agent: run the pass in this process.")
-def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool) -> None:
+@click.option(
+    "--force-window",
+    is_flag=True,
+    help="Write in this one pass although a change window ([[windows]]) is closed (recorded in its result).",
+)
+def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool, force_window: bool) -> None:
     """Reconcile an app (or every app of a cluster) now: via the running agent, or one pass here."""
     cfg = load(config_file, [cluster_name])
     configure_logging(cfg)
@@ -194,15 +200,16 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
     _several("sync", cluster_name, apps, app_name)
     url = agent_url(cfg)
     if url and not local:
+        query = _query(cluster_name, app_name) + ("&force_window=true" if force_window else "")
         try:
-            code, body = _call(f"{url}/sync?{_query(cluster_name, app_name)}", "POST", token=agent_token(cfg))
+            code, body = _call(f"{url}/sync?{query}", "POST", token=agent_token(cfg))
         except OSError:
             click.echo(f"no agent answers at {url}; running one pass here", err=True)
         else:
             if code == 202:
-                click.echo(
-                    f"{cluster_name}: pass requested from the running agent (next run {body['next_run']})"
-                )
+                once = "; it overrides a closed change window once" if force_window else ""
+                when = body["next_run"]
+                click.echo(f"{cluster_name}: pass requested from the running agent (next run {when}){once}")
                 return
             click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)
             if code in (401, 403):
@@ -215,10 +222,12 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
     # The running agent reaches the cluster with its own files; a pass here needs them (and the
     # management cluster's, for the Lease).
     require_access(cfg, [cluster_name], management=True)
-    sys.exit(_one_pass(cfg, cluster_name, apps))
+    sys.exit(_one_pass(cfg, cluster_name, apps, force_window=force_window))
 
 
-def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> int:
+def _one_pass(
+    cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...], *, force_window: bool = False
+) -> int:
     from agent.report.summary import format_summary
     from agent.run.fleet import Fleet
     from agent.run.lease import LeaseManager, acquire_once
@@ -234,6 +243,8 @@ def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> in
                 management_client(settings), settings, agent=cfg.agent.name, cluster=cluster_name
             )
         revisions = poll_sources(cfg, apps)
+        if force_window:
+            fleet.force_window(cluster_name, [a.name for a in apps])
         results = fleet.run_apps(cluster_name, revisions, apps=[a.name for a in apps])
     except AgentError as e:
         click.echo(f"{cluster_name}: {e}", err=True)

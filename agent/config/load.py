@@ -6,7 +6,7 @@ Called by the CLI before anything touches a cluster. Every problem raises one
 default (the defaults are the types', in ``agent.config.types``, beside what each
 key accepts). Each table has its reader: ``agent_settings`` (``[agent]``),
 ``sources``, ``settings`` (``[defaults]``), ``clusters``, ``app_entries``
-(``[[apps]]``), ``conflict_rules``, ``health_checks`` and ``notify``.
+(``[[apps]]``), ``conflict_rules``, ``health_checks``, ``notify`` and ``windows``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from agent.config.settings import SETTING_KEYS, cluster_settings
 from agent.config.sources import sources
 from agent.config.tomlreader import TableReader, too_deep
 from agent.config.types import AGENT_DEFAULTS, CLUSTER_DEFAULTS, DEFAULT_CONFLICT_RULES, Config
+from agent.config.windows import windows
 from agent.errors import ConfigError
 
 #: Arrays and inline tables a config may nest (``tomlreader.too_deep``); a config needs a few.
@@ -80,6 +81,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     alert_settings = notify.alerts(top)
     receiver = notify.receiver(top, agent.listen)
     hooks = notify.receivers(top, named_sources, receiver)
+    change_windows = windows(top.get("windows", list) or [], "windows", file)
     # Before the apps are checked together: `[[app]]` is a typo, not a cluster serving no app.
     top.finish()
     check_apps(placed, entries, file=file)
@@ -96,6 +98,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         alerts=alert_settings,
         receiver=receiver,
         receivers=hooks,
+        windows=change_windows,
     )
 
 

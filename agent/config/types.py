@@ -48,6 +48,8 @@ from agent.config.notify_types import ReceiverSettings as ReceiverSettings
 from agent.config.notify_types import SecretRef as SecretRef
 from agent.config.notify_types import Severity as Severity
 from agent.config.notify_types import SinkKind as SinkKind
+from agent.config.windows import ChangeWindow as ChangeWindow
+from agent.config.windows import WindowKind as WindowKind
 from agent.errors import ConfigError
 from agent.model import parse_release
 
@@ -519,6 +521,8 @@ class Config:
     alerts: AlertSettings = ALERT_DEFAULTS
     receiver: ReceiverSettings = RECEIVER_DEFAULTS
     receivers: tuple[HookConfig, ...] = ()
+    #: `[[windows]]`: when the agent may write to which apps (docs/operations.md, change windows).
+    windows: tuple[ChangeWindow, ...] = ()
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:

@@ -13,8 +13,8 @@ it up). Metrics, ``/status``, Events and the CLI read these fields; nothing
 classifies a message by its text.
 
 The vocabulary lives in one module each (``keys``, ``desired``, ``changes``, ``results``,
-``failures``, ``health``, ``names``, ``drift``); every name is re-exported here, so ``from agent.model
-import X`` is the one spelling callers use.
+``failures``, ``health``, ``names``, ``drift``, ``windows``); every name is re-exported here,
+so ``from agent.model import X`` is the one spelling callers use.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ from agent.model.results import (
     Note,
     Outcome,
 )
+from agent.model.windows import WindowHold, WindowReason
 
 __all__ = [
     "ADDITIONAL_NAMESPACES",
@@ -183,6 +184,8 @@ __all__ = [
     "ScopeRule",
     "ScopeViolation",
     "SkipReason",
+    "WindowHold",
+    "WindowReason",
     "app_page",
     "drifted_objects",
     "parse_release",

@@ -75,6 +75,8 @@ class PassState(enum.StrEnum):
     WAITING = "waiting"
     REFUSED = "refused"
     STANDBY = "standby"  # another replica holds the cluster's Lease
+    #: A change window (``[[windows]]``) closed its writes: planned and reported, nothing written.
+    WINDOW = "window"
 
 
 @dataclass(frozen=True)

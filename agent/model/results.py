@@ -13,6 +13,7 @@ from agent.model.changes import FieldConflict, SkipReason
 from agent.model.drift import Drift, DriftFate
 from agent.model.failures import Failure, FailureReason, PassState, PruneReason, PruneRefusal, Refusal
 from agent.model.keys import ObjectKey
+from agent.model.windows import WindowHold
 
 
 class Outcome(enum.StrEnum):
@@ -159,6 +160,8 @@ class ClusterResult:
     api_findings: list[ApiFinding] = field(default_factory=list)
     #: Drift found in this pass (``model.drift``): reported and left, or corrected by a new revision.
     drift: list[Drift] = field(default_factory=list)
+    #: A change window held its writes (state ``window``), or was overridden once (``forced``).
+    window: WindowHold | None = None
 
     @property
     def error(self) -> str | None:
@@ -197,6 +200,8 @@ class ClusterResult:
             return PassState.WAITING
         if self.prune_refusal is not None and self.prune_refusal.reason is PruneReason.SUSPENDED:
             return PassState.SUSPENDED
+        if self.window is not None and not self.window.forced:
+            return PassState.WINDOW
         return PassState.OK
 
     def count(self, outcome: Outcome) -> int:

@@ -26,6 +26,7 @@ from agent.model import (
     Outcome,
     PruneRefusal,
     Revision,
+    WindowHold,
 )
 from agent.plan import masking
 from agent.plan.planner import PlanOptions
@@ -50,6 +51,8 @@ class Phase(enum.Enum):
     REFUSED = 11
     SUSPENDED = 12
     WAITING = 13
+    #: Planned and reported, nothing written: a change window (``[[windows]]``) is closed.
+    WINDOW = 14
 
     @property
     def ended(self) -> bool:
@@ -86,6 +89,9 @@ class AppRun:
     notes: list[str] = field(default_factory=list)
     #: The error that ended it (``end_failed``), where there was one.
     cause: AgentError | None = None
+    #: The change window closing its writes in this pass (``plan.windows``), if any; ``forced``:
+    #: overridden once (``sync --force-window``), so it writes all the same.
+    window: WindowHold | None = None
 
     @property
     def name(self) -> str:
@@ -95,6 +101,11 @@ class AppRun:
     def identity(self) -> str:
         """Whom its requests act as: its ``service_account``, or "" for the agent's own identity."""
         return self.app.settings.service_account
+
+    @property
+    def held(self) -> bool:
+        """A change window closes its writes in this pass: nothing applied, pruned or recorded."""
+        return self.window is not None and not self.window.forced
 
     @property
     def refused(self) -> bool:
@@ -156,6 +167,13 @@ class AppRun:
             raise RuntimeError(f"app {self.name!r} ended {self.phase.name} before waiting")
         self.result.waiting_on = dependencies
         self.phase = Phase.WAITING
+
+    def end_window(self, hold: WindowHold) -> None:
+        """Planned, and a change window closes its writes: nothing applied, pruned or recorded."""
+        if self.phase.ended:
+            raise RuntimeError(f"app {self.name!r} ended {self.phase.name} before its window")
+        self.result.window = hold
+        self.phase = Phase.WINDOW
 
     def end_done(self) -> None:
         """Its changes and prune are done (a failure while doing them ended it already)."""

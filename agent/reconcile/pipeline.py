@@ -260,11 +260,13 @@ class ClusterPipeline(ClusterStages):
 
     def _claim(self, run: AppRun, inventory: Inventory, *, dry_run: bool, preview: bool) -> None:
         """``run``'s parent as read: refused if another entry's, claimed if unclaimed (not in a
-        dry run), its suspension an end of the pass (a note in a preview)."""
+        dry run, nor while a change window holds it), its suspension an end of the pass (a note
+        in a preview)."""
         assert run.store is not None
         try:
             run.store.check_claim(inventory)
-            if not dry_run and inventory.exists and run.due and run.desired_set is not None:
+            writes = not dry_run and not run.held  # a closed change window records nothing
+            if writes and inventory.exists and run.due and run.desired_set is not None:
                 inventory = run.store.claim(inventory)  # a parent written before claims: now ours
         except ClusterRefused as e:
             if run.end_refused(e.failure(), e):

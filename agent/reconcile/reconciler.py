@@ -17,7 +17,7 @@ exception that could reach another cluster.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -58,6 +58,7 @@ from agent.plan import drift as drift_plan
 from agent.plan import masking
 from agent.plan.causes import replan_after_conflict
 from agent.plan.planner import request_body
+from agent.plan.windows import is_open
 from agent.reconcile.appruns import AppRun, Shared, narrowed
 from agent.reconcile.apps import (
     Revisions,
@@ -132,14 +133,22 @@ class ClusterReconciler(ClusterPipeline):
         return runs
 
     def reconcile_apps(
-        self, revision: Revision | Revisions, *, dry_run: bool = False, apps: Iterable[str] | None = None
+        self,
+        revision: Revision | Revisions,
+        *,
+        dry_run: bool = False,
+        apps: Iterable[str] | None = None,
+        force_window: Collection[str] = (),
     ) -> list[ClusterResult]:
         """One pass over ``apps`` (every app when None) and the dependencies they need first.
 
         ``revision``: each source's revision (a single ``Revision``: the config's one source).
-        One result per app that ran, in config order.
+        ``force_window``: apps whose closed change window this pass overrides (``sync
+        --force-window``). One result per app that ran, in config order.
         """
         runs = self.new_runs(revision, apps, dry_run=dry_run)
+        if not dry_run:  # a dry run writes nothing: no window to hold it
+            self._windows(runs, force_window)
         bound = log.bind(cluster=self.cluster.name)
         try:
             self._pass(runs, dry_run=dry_run)
@@ -159,6 +168,29 @@ class ClusterReconciler(ClusterPipeline):
             out.append(run.result)
         return out
 
+    def _windows(self, runs: Mapping[str, AppRun], forced: Collection[str]) -> None:
+        """Each due app's change window now (``plan.windows``); an override is recorded in its
+        result at once, so the pass that used it says so whatever it then did."""
+        if not self.config.windows:
+            return
+        now = datetime.now(UTC)
+        for run in runs.values():
+            if not run.due:
+                continue
+            hold = is_open(self.config.windows, self.cluster.name, run.name, now).hold
+            if hold is not None and run.name in forced:
+                hold = replace(
+                    hold, forced=True, message=f"{hold.message} (overridden once: sync --force-window)"
+                )
+                run.result.window = hold
+                log.warning(
+                    "change window overridden once",
+                    cluster=self.cluster.name,
+                    app=run.name,
+                    window=hold.window,
+                )
+            run.window = hold
+
     def _fail(self, runs: Mapping[str, AppRun], failure: Failure) -> None:
         for run in runs.values():
             run.end_failed(failure)
@@ -167,7 +199,7 @@ class ClusterReconciler(ClusterPipeline):
         state = run.result.state
         if state is PassState.OK:
             self.succeeded[run.name] = run.result.revision
-        elif state not in (PassState.WAITING, PassState.SUSPENDED):
+        elif state not in (PassState.WAITING, PassState.SUSPENDED, PassState.WINDOW):
             self.succeeded.pop(run.name, None)
 
     def _pass(self, runs: dict[str, AppRun], *, dry_run: bool) -> None:
@@ -187,6 +219,9 @@ class ClusterReconciler(ClusterPipeline):
             run.end_waiting(waiting)
             log.info("waiting on dependencies; nothing applied or pruned", app=run.name, dependencies=waiting)
             return
+        if run.held:
+            self._hold(run, planned)
+            return
         try:
             self._write(self.plan_app(run, planned, dry_run=dry_run), planned.shared, dry_run=dry_run)
         except AgentError as e:
@@ -200,6 +235,22 @@ class ClusterReconciler(ClusterPipeline):
         run.end_done()
         if not dry_run:
             self._begin_wait(run)
+
+    def _hold(self, run: AppRun, planned: PassPlan) -> None:
+        """A change window closes the app's writes: planned all the same (its result says what
+        waits for the window), nothing applied, pruned or recorded; its rollout's wait goes on."""
+        assert run.window is not None
+        ap = self.plan_app(run, planned, dry_run=True)
+        for c in ap.conflicts:
+            if c not in run.result.conflicts:
+                run.result.conflicts.append(c)
+        changes = sum(1 for c in ap.plan.changes if c.action in (Action.CREATE, Action.UPDATE))
+        prunes = len(ap.decision.delete) + len(ap.decision.orphan)
+        waits = f"; waiting for it: {changes} to create or update, {prunes} to prune"
+        run.end_window(
+            replace(run.window, changes=changes, prunes=prunes, message=run.window.message + waits)
+        )
+        log.info("change window closed; nothing applied or pruned", app=run.name, window=run.window.window)
 
     def _begin_wait(self, run: AppRun) -> None:
         """After an app's successful pass, follow its rollout (``wait``); else forget any follow."""
@@ -394,14 +445,14 @@ class ClusterReconciler(ClusterPipeline):
         released = shared.released
         for run in runs.values():
             gone = released.get(run.store.name, set()) if run.store else set()
-            if not gone or run.store is None or run.inventory is None or run.refused:
+            if not gone or run.store is None or run.inventory is None or run.refused or run.held:
                 continue
             left = {k: m for k, m in run.members.items() if k not in gone}
             if left != run.members:
                 run.store.write(left.values())
                 run.members = left
         for name, (successor, inv) in old.items():
-            if not runs[successor].known:
+            if not runs[successor].known or runs[successor].held:
                 continue
             left = {k: m for k, m in inv.members.items() if k not in released.get(name, set())}
             store = self.store_for(name)

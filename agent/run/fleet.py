@@ -96,6 +96,8 @@ class Fleet:
         self._closing = threading.Event()
         #: The waits on apps' rollouts (``wait``), stepped by the daemon's health jobs or ``run --once``.
         self.health = HealthWatch(self)
+        #: Cluster → apps whose next pass overrides a closed change window (``sync --force-window``).
+        self._force_window: dict[str, set[str]] = {}
 
     def _slot(self, c: ClusterConfig) -> _Slot:
         slot = _Slot(c, self._reconciler(c), ClusterStatus(c.name))
@@ -206,6 +208,19 @@ class Fleet:
         if slot is not None and health.app in slot.status.apps:
             slot.status.app(health.app).health = health
 
+    def force_window(self, name: str, apps: Iterable[str]) -> None:
+        """The next pass of each of ``apps`` on ``name`` overrides a closed change window, once."""
+        with self._slots[name].lock:
+            self._force_window.setdefault(name, set()).update(apps)
+
+    def _take_forced(self, slot: _Slot, apps: list[str]) -> set[str]:
+        """The overrides this pass of ``apps`` uses up (each one pass only)."""
+        with slot.lock:
+            pending = self._force_window.get(slot.cluster.name, set())
+            taken = pending & set(apps)
+            pending -= taken
+        return taken
+
     # -- one pass -------------------------------------------------------------
 
     def run_pass(self, name: str, revision: Revision | Revisions, *, dry_run: bool = False) -> ClusterResult:
@@ -231,10 +246,11 @@ class Fleet:
         reconciler = slot.reconciler
         box: dict[str, list[ClusterResult]] = {}
         short = ", ".join(sorted({r.short for r in revisions.values()}))
+        forced = set() if dry_run else self._take_forced(slot, wanted)
 
         def work() -> None:
             with structlog.contextvars.bound_contextvars(cluster=name, revision=short):
-                r = self._reconcile(reconciler, name, revisions, dry_run, wanted)
+                r = self._reconcile(reconciler, name, revisions, dry_run, wanted, forced)
             with slot.lock:
                 box["results"] = r
                 retired = slot.reconciler is not reconciler
@@ -327,9 +343,10 @@ class Fleet:
         revisions: Revisions,
         dry_run: bool,
         apps: list[str],
+        forced: Collection[str] = (),
     ) -> list[ClusterResult]:
         try:
-            results = reconciler.reconcile_apps(revisions, dry_run=dry_run, apps=apps)
+            results = reconciler.reconcile_apps(revisions, dry_run=dry_run, apps=apps, force_window=forced)
         except Exception as e:  # a bug in one cluster's pass must not take down the fleet
             log.exception("reconcile crashed", cluster=name)
             internal = Failure(FailureReason.INTERNAL, f"internal error: {type(e).__name__}: {e}")

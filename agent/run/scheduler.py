@@ -252,9 +252,13 @@ class Daemon:
             return self._shut
         return self.leases.may_write(name) if self.leases else None
 
-    def sync(self, name: str, app: str | None = None) -> tuple[int, dict[str, Any]]:
+    def sync(
+        self, name: str, app: str | None = None, *, force_window: bool = False
+    ) -> tuple[int, dict[str, Any]]:
         """``POST /sync?cluster=NAME[&app=APP]``: a pass of every app of the cluster now (or right
-        after the running one); ``app`` is checked, and runs in that pass like the others."""
+        after the running one); ``app`` is checked, and runs in that pass like the others.
+        ``force_window``: that pass of ``app`` (without one: of every app) overrides a closed
+        change window, once (recorded in its result)."""
         if name not in self.fleet.status:
             return 404, {"error": f"no cluster named {name!r}"}
         apps = self.fleet.status[name].apps
@@ -274,6 +278,9 @@ class Daemon:
         if wait is not None:
             why = f"a pass of {name} was forced less than [agent] sync_interval ago"
             return 429, {"error": why, "retry_after": math.ceil(wait)}
+        if force_window:
+            self.fleet.force_window(name, [app] if app else list(apps))
+            log.warning("change window override requested", cluster=name, app=app or "*")
         st = self.fleet.status[name]
         now = datetime.now(UTC)
         when = (st.next_run or now) if pending else self._schedule(name, now, "sync requested")
@@ -283,6 +290,7 @@ class Daemon:
             "next_run": _iso(when),
             "revision": self.poller.shas([DEFAULT_SOURCE])[DEFAULT_SOURCE],
             "revisions": self.poller.shas(sorted(set(self.sources_of(name).values()))),
+            "force_window": force_window,
         }
 
     # -- jobs ---------------------------------------------------------------------

@@ -6,8 +6,9 @@ cluster is failing (docs/safety.md rule 7: cluster failures show in ``/status``,
 metrics, Events and logs, not as a restart loop). ``/readyz`` is ready once
 the config is loaded and every source was polled once, and not while
 shutting down. ``/metrics`` is Prometheus text; ``/status`` is JSON (what
-``gitops-agent status`` prints); ``POST /sync?cluster=NAME[&app=APP]`` asks for a pass
-now (``gitops-agent sync``; it needs the token, ``HealthServer``); ``/`` and ``/ui/...`` are the
+``gitops-agent status`` prints); ``POST /sync?cluster=NAME[&app=APP][&force_window=true]`` asks
+for a pass now, overriding a closed change window once with ``force_window``
+(``gitops-agent sync``; it needs the token, ``HealthServer``); ``/`` and ``/ui/...`` are the
 read-only status page (``statuspage.StatusPage``). Started by ``scheduler.Daemon``; the recording
 helpers are called by ``scheduler.Fleet``.
 """
@@ -395,8 +396,12 @@ class HealthServer:
         if not cluster:
             return _json(400, {"error": "cluster=NAME is required"})
         apps = query.get("app")
-        # ``app`` only when asked: a handler of clusters alone keeps working.
-        code, body = self._sync(cluster, apps[0]) if apps else self._sync(cluster)
+        force = (query.get("force_window") or [""])[0]
+        if force not in ("", "true", "1"):
+            return _json(400, {"error": f"force_window takes true or 1, got {force!r}"})
+        # ``app`` and ``force_window`` only when asked: a handler of clusters alone keeps working.
+        extra: dict[str, Any] = {"force_window": True} if force else {}
+        code, body = self._sync(cluster, apps[0], **extra) if apps else self._sync(cluster, **extra)
         retry = body.get("retry_after") if code == 429 else None
         return _json(code, body, (("Retry-After", str(retry)),) if retry else ())
 

@@ -1,7 +1,8 @@
 """What the running agent shows of itself: the ``/status`` document and the status page's view.
 
 ``status_json`` is ``GET /status`` (what ``gitops-agent status`` prints): one row per
-(cluster, app) with its Lease, every source's revision and error, the config error, the
+(cluster, app) with its Lease and the change windows that match it (writes blocked now or not),
+every source's revision and error, the config error, the
 Leases, notifications and receiver. ``page_snapshot`` is what the status page renders now,
 and ``status_page`` builds the page with the store its records live in. Both read an
 ``Agent`` (``scheduler.Daemon``); they change nothing.
@@ -10,11 +11,13 @@ and ``status_page`` builds the page with the store its records live in. Both rea
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from agent.config.types import DEFAULT_SOURCE, Config
 from agent.notify.notifier import Notifier
+from agent.plan.windows import is_open
 from agent.run import record_store
 from agent.run.lease import LeaseManager
 from agent.run.lease_settings import LeaseSettings, management_client
@@ -55,11 +58,13 @@ def status_json(agent: Agent) -> dict[str, Any]:
     its row, each source's in ``sources``)."""
     leases = agent.leases
     clusters = []
+    now = datetime.now(UTC)
     for name, st in agent.cluster_status().items():
         for d in st.rows():  # one row per (cluster, app)
             if leases:
                 d["lease_held"] = leases.holds(name)
                 d["holder"] = leases.holder(name)
+            d.update(is_open(agent.config.windows, name, d["app"], now).to_json())
             clusters.append(d)
     return {
         "agent": agent.config.agent.name,
@@ -82,12 +87,15 @@ def page_snapshot(agent: Agent) -> Snapshot:
     heads, errors = agent.poller.heads()
     leases = agent.leases
     clusters = []
+    now = datetime.now(UTC)
     for name, st in agent.cluster_status().items():
         held = leases is None or leases.holds(name)
         holder = leases.holder(name) if leases else ""
         sources = agent.sources_of(name)
         app_heads = {app: heads[src] for app, src in sources.items() if src in heads}
-        clusters.append(ClusterSnapshot(name, st, held=held, holder=holder, heads=app_heads))
+        verdicts = {app: is_open(agent.config.windows, name, app, now) for app in st.apps}
+        windows = {app: v for app, v in verdicts.items() if v.states}
+        clusters.append(ClusterSnapshot(name, st, held=held, holder=holder, heads=app_heads, windows=windows))
     return Snapshot(
         agent=agent.config.agent.name,
         clusters=tuple(clusters),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent.model import AppHealth, ClusterResult, HealthState, Outcome, PassState, drifted_objects
+from agent.model import AppHealth, ClusterResult, HealthState, Outcome, PassState, WindowHold, drifted_objects
 from agent.plan.fields import render_path
 from agent.plan.health import worst
 
@@ -24,6 +24,7 @@ _WORST_FIRST = (
     PassState.TIMED_OUT,
     PassState.FAILED,
     PassState.WAITING,
+    PassState.WINDOW,
     PassState.SUSPENDED,
     PassState.OK,
     PassState.PENDING,
@@ -59,6 +60,17 @@ def _skipped(r: ClusterResult) -> list[dict[str, str | None]]:
         for x in r.results
         if x.outcome is Outcome.SKIPPED
     ]
+
+
+def _window(w: WindowHold) -> dict[str, Any]:
+    return {
+        "reason": w.reason.value,
+        "window": w.window,
+        "message": w.message,
+        "forced": w.forced,
+        "changes": w.changes,
+        "prunes": w.prunes,
+    }
 
 
 @dataclass
@@ -128,6 +140,8 @@ class AppStatus:
             "last_success_at": _iso(self.last_success_at),
             "consecutive_failures": self.failures,
             "health": self.health.to_json() if self.health else None,
+            # The change window of its last pass: what held it, or what it overrode once.
+            "window": _window(r.window) if r and r.window else None,
         }
 
 

@@ -29,6 +29,7 @@ import structlog
 from agent.config.types import SHARED_RECORDS_TTL, AgentSettings
 from agent.errors import AgentError, ConfigError
 from agent.model import AppHealth, ClusterResult, PassState
+from agent.plan.windows import WindowVerdict
 from agent.run.record_store import RecordStore, save_quietly
 from agent.run.status import ClusterStatus, worst_state
 from agent.ui import auth, render
@@ -66,6 +67,8 @@ class ClusterSnapshot:
     holder: str = ""
     #: App → the sha of its source's latest revision this replica polled.
     heads: Mapping[str, str] = field(default_factory=dict)
+    #: App → the change windows that match it, now (apps no window matches are left out).
+    windows: Mapping[str, WindowVerdict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,10 @@ class StatusPage:
                 last = st.last_result.finished if c.held and st.last_result else None
                 apps.append(
                     render.AppView(
-                        record, last_run_at=last.isoformat() if last else "", head=c.heads.get(name, "")
+                        record,
+                        last_run_at=last.isoformat() if last else "",
+                        head=c.heads.get(name, ""),
+                        windows=c.windows.get(name),
                     )
                 )
             if c.held:

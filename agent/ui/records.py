@@ -188,15 +188,18 @@ class PassEntry:
     #: Why nothing was pruned, or why the cluster was not touched at all.
     refused: str = ""
     error: str = ""
+    #: A change window held its writes, or was overridden once (``sync --force-window``).
+    window: str = ""
 
     def same_outcome(self, other: PassEntry) -> bool:
         """The same revision, state and messages: a repeat that history does not keep twice."""
-        return (self.revision, self.state, self.failed, self.refused, self.error) == (
+        return (self.revision, self.state, self.failed, self.refused, self.error, self.window) == (
             other.revision,
             other.state,
             other.failed,
             other.refused,
             other.error,
+            other.window,
         )
 
 
@@ -254,6 +257,8 @@ class AppRecord:
     events: tuple[EventEntry, ...] = field(default_factory=tuple)
     #: Drift of the last pass that ran (``drift = "report"``): left, or corrected by a new revision.
     drift: tuple[DriftRow, ...] = ()
+    #: What the last pass's change window said (held, or overridden once); "" when none did.
+    window: str = ""
 
     @property
     def suspended(self) -> bool:
@@ -307,6 +312,7 @@ class AppRecord:
                 history=tuple(PassEntry(**h) for h in doc["history"]),
                 events=tuple(EventEntry(**e) for e in doc["events"]),
                 drift=tuple(DriftRow(**d) for d in doc.get("drift") or ()),
+                window=str(doc.get("window", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -380,6 +386,7 @@ def after_pass(
         failed=result.failed,
         refused=clip(refused),
         error=clip(result.error or ""),
+        window=clip(result.window.message) if result.window else "",
     )
     history = prev.history
     changed_something = entry.applied or entry.pruned or result.count(Outcome.ORPHANED)
@@ -424,6 +431,7 @@ def after_pass(
         history=history,
         events=_keep_last(tuple(new_events), HISTORY_EVENTS),
         drift=drift,
+        window=entry.window,
     )
 
 

@@ -19,6 +19,7 @@ import jinja2
 
 from agent.config.types import PAGE_REFRESH
 from agent.model import app_page
+from agent.plan.windows import WindowVerdict
 from agent.ui.records import AppRecord, EventEntry, PassEntry
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -52,6 +53,8 @@ class AppView:
     last_run_at: str = ""
     #: The latest revision of its source this replica polled ("" when none yet).
     head: str = ""
+    #: The change windows that match it and whether they block writes now (None: none matches).
+    windows: WindowVerdict | None = None
 
     @property
     def behind(self) -> bool:

@@ -93,6 +93,9 @@ from agent.model.names import (
     RECREATE,
     RECREATE_ON_IMMUTABLE,
     ROLE_LABEL,
+    ROLLBACK_AT,
+    ROLLBACK_FROM,
+    ROLLBACK_TO,
     SUSPENDED,
     TOOLING,
     app_page,
@@ -105,6 +108,7 @@ from agent.model.results import (
     ClusterResult,
     Note,
     Outcome,
+    Pin,
 )
 
 __all__ = [
@@ -136,6 +140,9 @@ __all__ = [
     "RECREATE",
     "RECREATE_ON_IMMUTABLE",
     "ROLE_LABEL",
+    "ROLLBACK_AT",
+    "ROLLBACK_FROM",
+    "ROLLBACK_TO",
     "SUSPENDED",
     "TOOLING",
     "AccessProblem",
@@ -165,6 +172,7 @@ __all__ = [
     "ObjectKey",
     "Outcome",
     "PassState",
+    "Pin",
     "Plan",
     "Provenance",
     "PruneReason",

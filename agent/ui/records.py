@@ -149,6 +149,14 @@ class PassEntry:
     #: Why nothing was pruned, or why the cluster was not touched at all.
     refused: str = ""
     error: str = ""
+    #: What made the pass run (``run.triggers``: ``new revision``, ``interval``, ``manual sync``...).
+    trigger: str = ""
+    #: The chart's version (its Chart.yaml at ``revision``) where the app renders one chart.
+    chart: str = ""
+    #: The source's revision when a rollback pin made the pass render ``revision`` instead.
+    pinned_from: str = ""
+    #: A rollback pin the pass cleared (its source moved past the bad revision), in words.
+    note: str = ""
 
     def same_outcome(self, other: PassEntry) -> bool:
         """The same revision, state and messages: a repeat that history does not keep twice."""
@@ -213,6 +221,9 @@ class AppRecord:
     #: Newest last, at most ``HISTORY_PASSES`` / ``HISTORY_EVENTS``.
     history: tuple[PassEntry, ...] = ()
     events: tuple[EventEntry, ...] = field(default_factory=tuple)
+    #: The rollback pin in force (``gitops-agent rollback``): the pinned and the bad revision.
+    pin_revision: str = ""
+    pin_bad: str = ""
 
     @property
     def suspended(self) -> bool:
@@ -265,6 +276,8 @@ class AppRecord:
                 objects_left_out=int(doc["objects_left_out"]),
                 history=tuple(PassEntry(**h) for h in doc["history"]),
                 events=tuple(EventEntry(**e) for e in doc["events"]),
+                pin_revision=str(doc.get("pin_revision", "")),
+                pin_bad=str(doc.get("pin_bad", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -310,7 +323,12 @@ def _keep_last(items: tuple[Any, ...], limit: int) -> tuple[Any, ...]:
 
 
 def after_pass(
-    previous: AppRecord | None, result: ClusterResult, *, subject: str, now: datetime
+    previous: AppRecord | None,
+    result: ClusterResult,
+    *,
+    subject: str,
+    now: datetime,
+    trigger: str = "",
 ) -> AppRecord:
     """The record after one pass of the app: state (and since when), objects, history, Events.
 
@@ -338,10 +356,14 @@ def after_pass(
         failed=result.failed,
         refused=clip(refused),
         error=clip(result.error or ""),
+        trigger=trigger,
+        chart=clip(result.chart, 80),
+        pinned_from=result.followed if result.pin else "",
+        note=clip(result.pin_cleared),
     )
     history = prev.history
     changed_something = entry.applied or entry.pruned or result.count(Outcome.ORPHANED)
-    if not history or changed_something or not entry.same_outcome(history[-1]):
+    if not history or changed_something or entry.note or not entry.same_outcome(history[-1]):
         history = _keep_last((*history, entry), HISTORY_PASSES)
     new_events = list(prev.events)
     seen = {(e.subject, e.reason, e.revision) for e in new_events}
@@ -353,6 +375,7 @@ def after_pass(
             EventEntry(at, severity, reason, clip(events.message_for(r)), result.revision, str(r.key))
         )
     synced = state == PassState.OK.value
+    pin = _pin_fields(prev, result)
     return replace(
         prev,
         state=state,
@@ -370,7 +393,18 @@ def after_pass(
         counts=counts,
         history=history,
         events=_keep_last(tuple(new_events), HISTORY_EVENTS),
+        pin_revision=pin[0],
+        pin_bad=pin[1],
     )
+
+
+def _pin_fields(prev: AppRecord, result: ClusterResult) -> tuple[str, str]:
+    """The pin (revision, bad) as this pass read it; a pass that failed keeps the last known."""
+    if result.pin is not None:
+        return result.pin.revision, result.pin.bad
+    if result.pin_cleared or result.ok:
+        return "", ""
+    return prev.pin_revision, prev.pin_bad
 
 
 def after_health(previous: AppRecord, health: AppHealth, *, now: datetime) -> AppRecord:

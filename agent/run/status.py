@@ -124,6 +124,10 @@ class AppStatus:
             "last_success_at": _iso(self.last_success_at),
             "consecutive_failures": self.failures,
             "health": self.health.to_json() if self.health else None,
+            # The rollback pin its last pass rendered (``gitops-agent rollback``), or the one it cleared.
+            "pin": r.pin.to_json() if r and r.pin else None,
+            "followed_revision": (r.followed or r.revision) if r else "",
+            "pin_cleared": r.pin_cleared if r and r.pin_cleared else None,
         }
 
 

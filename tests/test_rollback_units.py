@@ -147,3 +147,11 @@ def test_a_chart_version_is_read_cheaply_or_left_empty(tmp_path: Path) -> None:
     assert chart_version(tmp_path, "charts/none") == ""
     (tmp_path / "charts/web/Chart.yaml").write_text("- not a mapping\n")
     assert chart_version(tmp_path, "charts/web/") == ""
+
+
+def test_gitops_agent_status_shows_the_pin() -> None:
+    from agent.cli.ops import format_status
+
+    row = {"cluster": "c", "app": "web", "state": "ok", "revision": "a" * 40, "pin": PIN.to_json()}
+    out = format_status({"agent": "x", "revision": "b" * 40, "clusters": [row]})
+    assert f"c/web: rolled back: pinned to {'a' * 12} (from {'b' * 12})" in out

@@ -48,9 +48,13 @@ from agent.model import (
     ID_LABEL,
     PRUNE_APPROVAL,
     PRUNE_HELD,
+    ROLLBACK_AT,
+    ROLLBACK_FROM,
+    ROLLBACK_TO,
     SUSPENDED,
     TOOLING,
     ObjectKey,
+    Pin,
     Refusal,
 )
 
@@ -128,6 +132,14 @@ class Inventory:
     @property
     def suspended(self) -> bool:
         return self.annotations.get(SUSPENDED, "").lower() == "true"
+
+    @property
+    def pin(self) -> Pin | None:
+        """The rollback pin ``gitops-agent rollback`` wrote (None: the app follows its source)."""
+        to = self.annotations.get(ROLLBACK_TO, "")
+        if not to:
+            return None
+        return Pin(to, self.annotations.get(ROLLBACK_FROM, ""), self.annotations.get(ROLLBACK_AT, ""))
 
     @property
     def approved_digest(self) -> str:
@@ -305,12 +317,19 @@ class InventoryStore:
 
     def set_annotation(self, key: str, value: str | None) -> None:
         """Operator state (suspend, approvals) via a plain merge patch: it must not touch members."""
-        info = self._info()
+        self.set_annotations({key: value})
+
+    def set_annotations(self, values: dict[str, str | None], *, resource_version: str = "") -> None:
+        """Several annotations in one merge patch (None removes one); with ``resource_version``,
+        only over the parent as read (409 when it changed since: a newer rollback stays)."""
+        meta: dict[str, object] = {"annotations": values}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
         self.client.patch(
-            info,
+            self._info(),
             self.namespace,
             self.name,
-            {"metadata": {"annotations": {key: value}}},
+            {"metadata": meta},
             field_manager=f"{self.field_manager}-operator",
         )
 

@@ -357,10 +357,11 @@ def demo(state_dir: str, keep: bool) -> None:
 
 from agent.cli.completion import completion  # noqa: E402 (registered after `main` exists)
 from agent.cli.diff import diff  # noqa: E402
+from agent.cli.history import history, rollback  # noqa: E402
 from agent.cli.ops import resume, status, suspend, sync  # noqa: E402
 from agent.cli.takeover import takeover  # noqa: E402
 
-for _command in (diff, takeover, suspend, resume, sync, status, completion):
+for _command in (diff, takeover, suspend, resume, sync, status, completion, history, rollback):
     main.add_command(_command)
 
 

@@ -293,6 +293,9 @@ def format_status(doc: dict[str, Any]) -> str:
             errors.append(f"  {where}: prune refused: {c['prune_refused'].splitlines()[0]}")
         elif c.get("waiting_on"):
             errors.append(f"  {where}: waiting on {', '.join(c['waiting_on'])}")
+        if pin := c.get("pin"):
+            bad = (pin.get("bad") or "?")[:12]
+            errors.append(f"  {where}: rolled back: pinned to {pin['revision'][:12]} (from {bad})")
         for conflict in c.get("conflicts") or []:
             errors.append(f"  {where}: conflict: {conflict}")
         for y in c.get("yields") or []:  # as `run --once` lists them: never a silent yield

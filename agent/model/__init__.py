@@ -95,6 +95,9 @@ from agent.model.names import (
     RECREATE,
     RECREATE_ON_IMMUTABLE,
     ROLE_LABEL,
+    ROLLBACK_AT,
+    ROLLBACK_FROM,
+    ROLLBACK_TO,
     SUSPENDED,
     TOOLING,
     app_page,
@@ -107,6 +110,7 @@ from agent.model.results import (
     ClusterResult,
     Note,
     Outcome,
+    Pin,
 )
 from agent.model.windows import WindowHold, WindowReason
 
@@ -140,6 +144,9 @@ __all__ = [
     "RECREATE",
     "RECREATE_ON_IMMUTABLE",
     "ROLE_LABEL",
+    "ROLLBACK_AT",
+    "ROLLBACK_FROM",
+    "ROLLBACK_TO",
     "SUSPENDED",
     "TOOLING",
     "AccessProblem",
@@ -173,6 +180,7 @@ __all__ = [
     "ObjectKey",
     "Outcome",
     "PassState",
+    "Pin",
     "Plan",
     "Provenance",
     "PruneReason",

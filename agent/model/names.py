@@ -25,6 +25,11 @@ CLAIMED_BY = "gitops-agent.io/claimed-by"
 #: On a parent of an app with ``drift = "report"``: the revision its last successful pass applied
 #: (a restarted agent still knows drift from a new revision).
 APPLIED_REVISION = "gitops-agent.io/applied-revision"
+#: On a parent: ``gitops-agent rollback`` pinned the app to a commit (its SHA), rolled back from
+#: another (the bad one: a source revision other than both ends the pin), when and by whom.
+ROLLBACK_TO = "gitops-agent.io/rollback-to"
+ROLLBACK_FROM = "gitops-agent.io/rollback-from"
+ROLLBACK_AT = "gitops-agent.io/rollback-at"
 #: On a status page record (a ConfigMap in the management cluster): what it records ("status").
 RECORD_LABEL = "gitops-agent.io/record"
 #: On a Lease: its role ("cluster" | "replica") and the cluster it is for.

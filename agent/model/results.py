@@ -136,6 +136,21 @@ class AppConflict:
         )
 
 
+@dataclass(frozen=True)
+class Pin:
+    """An app held at an earlier commit by ``gitops-agent rollback`` (annotations on its ApplySet
+    parent): the pass renders ``revision`` instead of its source's until the source moves past
+    ``bad`` (to a commit other than both) or the pin is cleared."""
+
+    revision: str
+    bad: str
+    #: When it was set (ISO 8601; "" when unknown).
+    at: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"revision": self.revision, "bad": self.bad, "at": self.at}
+
+
 @dataclass
 class ClusterResult:
     """One reconcile pass for one app of one cluster (``app``: the app's name)."""
@@ -162,6 +177,14 @@ class ClusterResult:
     drift: list[Drift] = field(default_factory=list)
     #: A change window held its writes (state ``window``), or was overridden once (``forced``).
     window: WindowHold | None = None
+    #: The rollback pin this pass rendered (``revision`` is then the pinned commit), if any.
+    pin: Pin | None = None
+    #: The source's revision the app follows, when a pin made ``revision`` another ("": the same).
+    followed: str = ""
+    #: The pin this pass cleared because its source moved past the bad revision, in words.
+    pin_cleared: str = ""
+    #: The version of the chart the app renders (its Chart.yaml at ``revision``); "": none or unknown.
+    chart: str = ""
 
     @property
     def error(self) -> str | None:

@@ -26,32 +26,41 @@ import structlog
 from agent.apply import prune as prune_stage
 from agent.apply.inventory import Inventory, load_parents, parent_name
 from agent.config.types import ClusterConfig, Config, DriftMode
-from agent.errors import ClusterRefused, RenderError, ScopeError
+from agent.errors import AgentError, ClusterRefused, RenderError, ScopeError
 from agent.kube.client import KubeClient
 from agent.model import (
     PART_OF,
+    ROLLBACK_AT,
+    ROLLBACK_FROM,
+    ROLLBACK_TO,
     Action,
     AppConflict,
     ApplyResult,
     Change,
+    ClusterResult,
     DesiredObject,
     Failure,
     FailureReason,
     Manifest,
     ObjectKey,
+    Pin,
     Plan,
     PruneReason,
     PruneRefusal,
+    Revision,
     SkipReason,
 )
 from agent.plan.planner import expected_object, request_body, whole_body
-from agent.reconcile import namespaces
+from agent.reconcile import namespaces, pins
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
 from agent.reconcile.apps import Assignment, Declared, assign, dependency_order
 from agent.reconcile.live import GroupKind, LiveState
 from agent.reconcile.stages import ClientFactory, ClusterStages, SameCluster
 from agent.reconcile.verdicts import NoopMemo, Verdict
+from agent.render.chart_meta import chart_version
 from agent.render.renderer import RenderCache
+from agent.source.git import GitSource
+from agent.source.pinned import revision_at
 
 log = structlog.get_logger("gitops_agent.reconcile")
 
@@ -137,6 +146,8 @@ class ClusterPipeline(ClusterStages):
         )
         #: App → its no-op memo, kept across passes.
         self._memos: dict[str, NoopMemo] = {}
+        #: Source name → its cache, read for rollback pins (never the network).
+        self._caches: dict[str, GitSource] = {}
 
     def plan_pass(
         self, runs: dict[str, AppRun], *, dry_run: bool, keep_live: bool = False, preview: bool = False
@@ -153,6 +164,7 @@ class ClusterPipeline(ClusterStages):
             return None  # every due app failed to render: no request at all (invariant 2)
         self.check_identity()  # before anything is written, by this entry or (racing) another
         renamed = self._read_parents(runs, dry_run=dry_run, preview=preview)
+        self._follow_pins(runs, dry_run=dry_run, preview=preview)
         for run in runs.values():
             self._prepare(run)
         self._check_apis(runs)
@@ -228,6 +240,8 @@ class ClusterPipeline(ClusterStages):
                     error=str(e),
                 )
             return
+        if run.app.helm is not None and run.app.helm.chart:
+            run.result.chart = chart_version(run.revision.tree, run.app.helm.chart)
         run.reach(Phase.RENDERED)
 
     def _read_parents(
@@ -281,6 +295,61 @@ class ClusterPipeline(ClusterStages):
             run.notes.append(f"the app is suspended ({where}): nothing is applied until resumed")
             return
         run.end_suspended(PruneRefusal(PruneReason.SUSPENDED, f"app {run.name!r} suspended ({where})"))
+
+    def _follow_pins(self, runs: dict[str, AppRun], *, dry_run: bool, preview: bool) -> None:
+        """An app pinned by ``gitops-agent rollback`` renders the pinned commit, from the source's
+        cache, instead of its source's (its run replaced in ``runs``); a pin its source moved past
+        is cleared (``pins.decide``), not in a dry run, and the pass says so."""
+        for name, run in list(runs.items()):
+            pin = run.inventory.pin if run.inventory is not None else None
+            if pin is None or run.phase in (Phase.REFUSED, Phase.SUSPENDED):
+                continue
+            followed = run.revision.sha if run.revision else None
+            if pins.decide(pin, followed) is pins.PinAction.HOLD:
+                runs[name] = self._pinned_run(run, pin, dry_run=dry_run, preview=preview)
+                continue
+            run.result.pin_cleared = pins.cleared_message(pin, followed or "")
+            if preview or dry_run or not run.due:
+                run.notes.append(run.result.pin_cleared.replace("cleared", "would be cleared", 1))
+                continue
+            assert run.store is not None and run.inventory is not None
+            try:  # over the parent as read: a rollback written since stays
+                gone: dict[str, str | None] = {ROLLBACK_TO: None, ROLLBACK_FROM: None, ROLLBACK_AT: None}
+                run.store.set_annotations(gone, resource_version=run.inventory.resource_version)
+            except AgentError as e:
+                run.end_failed(Failure(FailureReason.API, f"rollback pin not cleared, nothing applied: {e}"))
+                continue
+            log.warning("rollback pin cleared; auto-sync resumed", app=name, detail=run.result.pin_cleared)
+
+    def _pinned_run(self, run: AppRun, pin: Pin, *, dry_run: bool, preview: bool) -> AppRun:
+        """``run`` again at the pinned commit: rendered, its parent (as read) claimed anew."""
+        followed = run.revision.sha if run.revision else ""
+        old = run.result
+        result = ClusterResult(
+            old.cluster, pin.revision, started=old.started, dry_run=old.dry_run, app=run.name, pin=pin
+        )
+        result.followed = followed
+        fresh = AppRun(run.app, result, run.due, None)
+        fresh.store = run.store
+        try:
+            fresh.revision = self.pinned_revision(run.app.source, pin.revision)
+        except AgentError as e:
+            message = f"rolled back to {pin.revision[:12]}, which cannot be rendered: {e}; nothing applied"
+            fresh.end_failed(Failure(FailureReason.SOURCE, message), e)
+            return fresh
+        self._render(fresh)
+        assert run.inventory is not None
+        self._claim(fresh, run.inventory, dry_run=dry_run, preview=preview)
+        if preview:
+            fresh.notes.append(f"rolled back: pinned to {pin.revision[:12]} (from {pin.bad[:12] or '?'})")
+        return fresh
+
+    def pinned_revision(self, source: str, sha: str) -> Revision:
+        """The commit ``sha`` of ``source`` from its cache alone (``source.pinned``)."""
+        cache = self._caches.get(source)
+        if cache is None:
+            cache = self._caches[source] = GitSource.from_config(self.config, source)
+        return revision_at(cache, sha)
 
     def _prepare(self, run: AppRun) -> None:
         if run.desired_set is None or run.phase is not Phase.RENDERED or run.store is None:

@@ -39,6 +39,8 @@ class JobState:
     forced: bool = False
     #: Apps whose dependency rolled out since their pass: due at the next pass.
     woken: frozenset[str] = frozenset()
+    #: Why the next pass is forced (``manual sync``, ``config reloaded``, ``lease acquired``).
+    forced_by: str = ""
 
     def request(self, request: Request) -> tuple[JobState, Request | None]:
         """A wake asked for: returned to act on now while the job is idle; while it runs, kept
@@ -52,14 +54,15 @@ class JobState:
     def begin(self) -> tuple[JobState, bool, frozenset[str]]:
         """A pass starts: it takes the forced flag and the woken apps (whether it runs every app,
         which apps a rollout unblocked)."""
-        return replace(self, running=True, forced=False, woken=frozenset()), self.forced, self.woken
+        began = replace(self, running=True, forced=False, woken=frozenset(), forced_by="")
+        return began, self.forced, self.woken
 
     def end(self) -> tuple[JobState, Request | None]:
         """The job returned (a pass ran or not): the wake that waited for it, to act on now."""
         return replace(self, running=False, queued=None), self.queued
 
-    def force(self) -> JobState:
-        return replace(self, forced=True)
+    def force(self, why: str = "") -> JobState:
+        return replace(self, forced=True, forced_by=self.forced_by or why)
 
     def wake(self, apps: Iterable[str]) -> JobState:
         return replace(self, woken=self.woken | frozenset(apps))

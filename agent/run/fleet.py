@@ -400,7 +400,8 @@ class Fleet:
         st.state = result.state
         suspended = st.state is PassState.SUSPENDED
         if st.state is not PassState.WAITING:  # a dependency's wait is no pass of this app
-            st.last_revision = result.revision
+            # A pinned app ran at its source's revision too: not due again for it (``due``).
+            st.last_revision = result.followed or result.revision
         if result.ok:
             st.failures = 0
             if st.state is PassState.OK:

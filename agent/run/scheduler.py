@@ -67,6 +67,7 @@ from agent.run.server import HealthServer, Metrics, main_limits
 from agent.run.status import ClusterStatus
 from agent.run.statuspage import Snapshot, StatusPage, ui_token
 from agent.run.synclimit import ForcedSyncs
+from agent.run.triggers import triggers
 from agent.source.sources import SourceSet
 
 __all__ = ["Daemon", "DaemonOptions", "FleetFactory"]
@@ -138,6 +139,9 @@ class Daemon:
         #: Guards the clusters' job states.
         self._lock = threading.Lock()
         self._jobs: dict[str, JobState] = {}
+        #: Sources a push asked to poll, and per cluster those whose new revision a push announced.
+        self._pushes: set[str] = set()
+        self._pushed_moved: dict[str, set[str]] = {}
         self._syncs = ForcedSyncs()
         self._config_file = ConfigFile(config.file)
         self.poller = SourcePoller(
@@ -194,7 +198,7 @@ class Daemon:
     def _receiver(self) -> Receiver:
         return Receiver(
             self.config,
-            on_push=self.poller.request,
+            on_push=self._pushed,
             registry=self.metrics.registry,
             sources=lambda: {n: self.poller.sources.source(n).config for n in self.poller.sources.names},
         )
@@ -274,7 +278,7 @@ class Daemon:
             pending = job.forced
             wait = None if pending else self._syncs.take(name, app or "", self.config.agent.sync_interval)
             if not pending and wait is None:
-                self._jobs[name] = job.force()
+                self._jobs[name] = job.force("manual sync")
         if wait is not None:
             why = f"a pass of {name} was forced less than [agent] sync_interval ago"
             return 429, {"error": why, "retry_after": math.ceil(wait)}
@@ -375,11 +379,22 @@ class Daemon:
         """Poll one source (every source when ``name`` is None): ``SourcePoller.poll``."""
         self.poller.poll(name)
 
+    def _pushed(self, names: list[str], why: str) -> None:
+        """A verified push asks for a poll of ``names``: their next new revision is a webhook push's."""
+        with self._lock:
+            self._pushes |= set(names)
+        self.poller.request(names, why)
+
     def _revisions_moved(self, moved: set[str]) -> None:
         """A poll found new revisions of ``moved``: the clusters with an app on them run now."""
         sources_of = {c: set(self.sources_of(c).values()) for c in self.fleet.names()}
         revisions, _ = self.poller.latest()
+        with self._lock:
+            pushed, self._pushes = self._pushes & moved, self._pushes - moved
         for cluster, hit in triggered(sources_of, moved).items():
+            if pushed & set(hit):
+                with self._lock:
+                    self._pushed_moved.setdefault(cluster, set()).update(pushed & set(hit))
             revs = ", ".join(f"{n} {revisions[n].short}" for n in hit)
             self._schedule(cluster, datetime.now(UTC), f"new revision {revs}")
 
@@ -404,21 +419,33 @@ class Daemon:
             self.metrics.lease_held.labels(name).set(0)
             return
         with self._lock:
+            forced_by = self._job(name).forced_by
             self._jobs[name], forced, woken = self._job(name).begin()
+            pushed, self._pushed_moved[name] = self._pushed_moved.get(name, set()), set()
         decision = self.fleet.schedule(name, revisions, self._timing, woken=woken, sources=heard)
         due = pass_apps(decision, forced=forced)
         if due:
-            self._run(name, revisions, list(due))
+            why = triggers(
+                decision,
+                due,
+                forced_by=forced_by if forced else "",
+                pushed=pushed,
+                source_of=self.sources_of(name),
+            )
+            self._run(name, revisions, list(due), why)
             if self.stopping:
                 return
         self._next_pass(name, heard)
 
-    def _run(self, name: str, revisions: dict[str, Revision], apps: list[str]) -> None:
-        """The pass of ``apps``: recorded for the page, the cluster's waits timed anew."""
+    def _run(
+        self, name: str, revisions: dict[str, Revision], apps: list[str], why: dict[str, str] | None = None
+    ) -> None:
+        """The pass of ``apps`` (``why``: app → its trigger): recorded for the page, the cluster's
+        waits timed anew."""
         results = self.fleet.run_apps(name, revisions, apps=apps)
         if self.page is not None:
             subjects = {r.sha: r.subject for r in revisions.values()}
-            self.page.record_passes(results, subjects, may_write=self._may_write)
+            self.page.record_passes(results, subjects, may_write=self._may_write, triggers=why or {})
         if self.stopping:
             return
         self._wake_health(name)
@@ -454,7 +481,7 @@ class Daemon:
     def _force(self, name: str, why: str) -> None:
         """A pass of every app of ``name`` now."""
         with self._lock:
-            self._jobs[name] = self._job(name).force()
+            self._jobs[name] = self._job(name).force(why)
         self._schedule(name, datetime.now(UTC), why)
 
     def _modify(self, name: str, request: Request) -> None:

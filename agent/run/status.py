@@ -142,6 +142,10 @@ class AppStatus:
             "health": self.health.to_json() if self.health else None,
             # The change window of its last pass: what held it, or what it overrode once.
             "window": _window(r.window) if r and r.window else None,
+            # The rollback pin its last pass rendered (``gitops-agent rollback``), or the one it cleared.
+            "pin": r.pin.to_json() if r and r.pin else None,
+            "followed_revision": (r.followed or r.revision) if r else "",
+            "pin_cleared": r.pin_cleared if r and r.pin_cleared else None,
         }
 
 

@@ -168,15 +168,21 @@ class StatusPage:
         subjects: Mapping[str, str],
         *,
         may_write: Callable[[str], bool],
+        triggers: Mapping[str, str] | None = None,
     ) -> None:
-        """Each app's pass into its record; saved when it changed and ``may_write(cluster)``."""
+        """Each app's pass into its record; saved when it changed and ``may_write(cluster)``.
+        ``triggers``: app → why its pass ran (``run.triggers``)."""
         now = self._clock()
         for result in results:
             if result.dry_run:
                 continue
             key = (result.cluster, result.app or result.cluster)
             record = after_pass(
-                self._previous(key), result, subject=subjects.get(result.revision, ""), now=now
+                self._previous(key),
+                result,
+                subject=subjects.get(result.revision, ""),
+                now=now,
+                trigger=(triggers or {}).get(key[1], ""),
             )
             self._keep(record, may_write(result.cluster))
 

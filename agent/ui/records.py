@@ -190,6 +190,14 @@ class PassEntry:
     error: str = ""
     #: A change window held its writes, or was overridden once (``sync --force-window``).
     window: str = ""
+    #: What made the pass run (``run.triggers``: ``new revision``, ``interval``, ``manual sync``...).
+    trigger: str = ""
+    #: The chart's version (its Chart.yaml at ``revision``) where the app renders one chart.
+    chart: str = ""
+    #: The source's revision when a rollback pin made the pass render ``revision`` instead.
+    pinned_from: str = ""
+    #: A rollback pin the pass cleared (its source moved past the bad revision), in words.
+    note: str = ""
 
     def same_outcome(self, other: PassEntry) -> bool:
         """The same revision, state and messages: a repeat that history does not keep twice."""
@@ -259,6 +267,9 @@ class AppRecord:
     drift: tuple[DriftRow, ...] = ()
     #: What the last pass's change window said (held, or overridden once); "" when none did.
     window: str = ""
+    #: The rollback pin in force (``gitops-agent rollback``): the pinned and the bad revision.
+    pin_revision: str = ""
+    pin_bad: str = ""
 
     @property
     def suspended(self) -> bool:
@@ -313,6 +324,8 @@ class AppRecord:
                 events=tuple(EventEntry(**e) for e in doc["events"]),
                 drift=tuple(DriftRow(**d) for d in doc.get("drift") or ()),
                 window=str(doc.get("window", "")),
+                pin_revision=str(doc.get("pin_revision", "")),
+                pin_bad=str(doc.get("pin_bad", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -358,7 +371,12 @@ def _keep_last(items: tuple[Any, ...], limit: int) -> tuple[Any, ...]:
 
 
 def after_pass(
-    previous: AppRecord | None, result: ClusterResult, *, subject: str, now: datetime
+    previous: AppRecord | None,
+    result: ClusterResult,
+    *,
+    subject: str,
+    now: datetime,
+    trigger: str = "",
 ) -> AppRecord:
     """The record after one pass of the app: state (and since when), objects, history, Events.
 
@@ -387,10 +405,14 @@ def after_pass(
         refused=clip(refused),
         error=clip(result.error or ""),
         window=clip(result.window.message) if result.window else "",
+        trigger=trigger,
+        chart=clip(result.chart, 80),
+        pinned_from=result.followed if result.pin else "",
+        note=clip(result.pin_cleared),
     )
     history = prev.history
     changed_something = entry.applied or entry.pruned or result.count(Outcome.ORPHANED)
-    if not history or changed_something or not entry.same_outcome(history[-1]):
+    if not history or changed_something or entry.note or not entry.same_outcome(history[-1]):
         history = _keep_last((*history, entry), HISTORY_PASSES)
     new_events = list(prev.events)
     seen = {(e.subject, e.reason, e.revision) for e in new_events}
@@ -413,6 +435,7 @@ def after_pass(
     drift = prev.drift
     if result.results:
         drift = tuple(DriftRow.of(d) for d in result.drift[:RECORD_OBJECTS])
+    pin = _pin_fields(prev, result)
     return replace(
         prev,
         state=state,
@@ -432,7 +455,18 @@ def after_pass(
         events=_keep_last(tuple(new_events), HISTORY_EVENTS),
         drift=drift,
         window=entry.window,
+        pin_revision=pin[0],
+        pin_bad=pin[1],
     )
+
+
+def _pin_fields(prev: AppRecord, result: ClusterResult) -> tuple[str, str]:
+    """The pin (revision, bad) as this pass read it; a pass that failed keeps the last known."""
+    if result.pin is not None:
+        return result.pin.revision, result.pin.bad
+    if result.pin_cleared or result.ok:
+        return "", ""
+    return prev.pin_revision, prev.pin_bad
 
 
 def after_health(previous: AppRecord, health: AppHealth, *, now: datetime) -> AppRecord:

@@ -180,3 +180,12 @@ def test_run_once_json_is_a_status_row_of_each_app() -> None:
     (row,) = results_json([r])["results"]
     assert row["cluster"] == "prod" and row["app"] == "web" and row["result"] == "ok"
     assert "consecutive_failures" not in row and "health" in row
+
+
+def test_the_daemon_refuses_an_output_format_it_would_ignore() -> None:
+    from click.testing import CliRunner
+
+    from agent.cli.main import main
+
+    out = CliRunner().invoke(main, ["run", "--config", "agent.toml", "-o", "json"])
+    assert out.exit_code == 2 and "-o apply to one pass: add --once" in out.output

@@ -39,6 +39,7 @@ from agent.cli.common import (
     require_access,
     select_apps,
 )
+from agent.cli.output import JSON, TABLE, output_option, results_json, to_json
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import AgentError, ApiError, ConfigError
 
@@ -186,7 +187,8 @@ def resume(config_file: str, cluster_name: str, app_name: str | None) -> None:
 @_cluster
 @_app
 @click.option("--local", is_flag=True, help="Do not ask a running agent: run the pass in this process.")
-def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool) -> None:
+@output_option("json: the agent's answer, or (a pass here) {results: [...]} as run --once -o json.")
+def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool, output: str) -> None:
     """Reconcile an app (or every app of a cluster) now: via the running agent, or one pass here."""
     cfg = load(config_file, [cluster_name])
     configure_logging(cfg)
@@ -200,9 +202,8 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
             click.echo(f"no agent answers at {url}; running one pass here", err=True)
         else:
             if code == 202:
-                click.echo(
-                    f"{cluster_name}: pass requested from the running agent (next run {body['next_run']})"
-                )
+                said = f"{cluster_name}: pass requested from the running agent (next run {body['next_run']})"
+                click.echo(to_json({"cluster": cluster_name, **body}) if output == JSON else said)
                 return
             click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)
             if code in (401, 403):
@@ -215,10 +216,10 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool)
     # The running agent reaches the cluster with its own files; a pass here needs them (and the
     # management cluster's, for the Lease).
     require_access(cfg, [cluster_name], management=True)
-    sys.exit(_one_pass(cfg, cluster_name, apps))
+    sys.exit(_one_pass(cfg, cluster_name, apps, output))
 
 
-def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> int:
+def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...], output: str = TABLE) -> int:
     from agent.report.summary import format_summary
     from agent.run.fleet import Fleet
     from agent.run.lease import LeaseManager, acquire_once
@@ -242,7 +243,7 @@ def _one_pass(cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...]) -> in
         if lm is not None:
             lm.stop(release=True)
         fleet.close()
-    click.echo(format_summary(results))
+    click.echo(to_json(results_json(results)) if output == JSON else format_summary(results))
     held = held_prunes(results)
     return 0 if all(r.ok for r in results) and not held else EXIT_FAILED
 

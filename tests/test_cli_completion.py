@@ -53,6 +53,14 @@ def test_bash_completes_commands_options_and_choices(on_path: dict[str, str]) ->
     assert _bash_complete(on_path, "completion", "") == ["bash", "zsh", "fish"]
 
 
+def test_bash_completes_the_day_two_verbs_and_their_choices(on_path: dict[str, str]) -> None:
+    assert set(_bash_complete(on_path, "")) >= {"events", "tree", "wait"}
+    assert _bash_complete(on_path, "wait", "--for", "") == ["healthy", "synced"]
+    assert {"--revision", "--timeout", "--token-file", "--url"} <= set(_bash_complete(on_path, "wait", "--"))
+    for verb in ("events", "tree", "wait", "run", "status"):
+        assert _bash_complete(on_path, verb, "-o", "") == ["table", "json"], verb
+
+
 def test_fish_completes_with_its_script(on_path: dict[str, str]) -> None:
     def complete(line: str) -> list[str]:
         probe = f'gitops-agent completion fish | source; complete -C "{line}"'

@@ -6,7 +6,8 @@ report.json`` need stdout to be exactly the YAML or JSON, and the tables of
 here as its own process (``python -m agent.cli``, this checkout's code) with
 its logs forced (``[agent] log_level = "debug"``, or the group's
 ``--log-level debug`` for ``diff``, which logs only warnings by default), on a
-cluster started by ``local-cluster start``. Not covered: ``demo`` (two more
+cluster started by ``local-cluster start``; ``run --once``, ``sync``, ``tree``, ``events`` and ``wait``
+with ``-o json`` too. Not covered: ``demo`` (two more
 clusters; its output is checked by ``tests/test_cli_local.py``).
 """
 
@@ -136,6 +137,13 @@ def _agent_commands(tmp_path: Path, kubeconfig: Path) -> None:
     out = cli("run", "--once", *config, "--log-level", "debug")
     assert out.returncode == 0, out.stdout + out.stderr
     assert table_header(out.stdout) == ["CLUSTER", "REVISION", "APPLIED"] and logged(out)
+    out = cli("run", "--once", *config, "-o", "json")
+    assert out.returncode == 0 and json.loads(out.stdout)["results"][0]["result"] == "ok", out.stderr
+
+    out = cli("tree", *at)
+    assert out.returncode == 0 and table_header(out.stdout) == ["NAMESPACE", "NAME", "HEALTH"], out.stderr
+    out = cli("tree", *at, "-o", "json")
+    assert out.returncode == 0 and json.loads(out.stdout)["app"] == "app", out.stderr
 
     out = cli("prune", "approve", *at, "--digest", "abc123")
     assert out.returncode == 0, out.stderr
@@ -155,6 +163,8 @@ def _agent_commands(tmp_path: Path, kubeconfig: Path) -> None:
     out = cli("sync", *at, "--local")
     assert out.returncode == 0, out.stdout + out.stderr
     assert table_header(out.stdout) == ["CLUSTER", "REVISION", "APPLIED"] and logged(out)
+    out = cli("sync", *at, "--local", "-o", "json")
+    assert out.returncode == 0 and json.loads(out.stdout)["results"][0]["app"] == "app", out.stderr
 
     repo.commit({"clusters/app/cm.yaml": configmaps(ns, "two")})
     out = cli("--log-level", "debug", "diff", *config, "--format", "json")
@@ -185,11 +195,27 @@ def _daemon_commands(tmp_path: Path, config_file: str, status_url: str) -> None:
             assert out.returncode == 0 and json.loads(out.stdout)["clusters"][0]["cluster"] == "app"
         out = cli("sync", "--config", config_file, "--cluster", "app")
         assert out.returncode == 0 and out.stdout.startswith("app: pass requested from the running agent")
+        out = cli("wait", "--config", config_file, "--cluster", "app", "--for", "synced")
+        assert (
+            out.returncode == 0 and out.stdout.startswith("app: synced at ") and out.stdout.count("\n") == 1
+        )
+        out = cli("wait", "--config", config_file, "--cluster", "app", "--for", "synced", "-o", "json")
+        assert out.returncode == 0 and json.loads(out.stdout)["result"] == "reached", out.stderr
+        out = wait_for("the daemon's pass recorded", lambda: _listed(config_file), 30)
+        assert table_header(out.stdout) == ["LAST", "SEEN", "APP"]
+        out = cli("events", "--config", config_file, "--cluster", "app", "-o", "json")
+        assert out.returncode == 0 and json.loads(out.stdout)["events"], out.stderr
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
     assert stdout.read_text() == ""
     assert log_events(stderr.read_text())
+
+
+def _listed(config_file: str) -> subprocess.CompletedProcess[str] | None:
+    """``events`` once the daemon's record of its pass is saved (``run --once`` keeps none)."""
+    out = cli("events", "--config", config_file, "--cluster", "app")
+    return out if out.returncode == 0 and "Pass" in out.stdout else None
 
 
 def _cluster_state(status_url: str) -> str:

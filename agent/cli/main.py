@@ -28,6 +28,7 @@ from agent.cli.common import (
     resolve_app,
     select_apps,
 )
+from agent.cli.output import JSON, TABLE, output_option, results_json, to_json
 from agent.config.types import LogFormat, LogLevel, choices
 from agent.errors import AgentError, ConfigError, LocalClusterError, RenderError, SourceError
 from agent.model import HealthState
@@ -67,6 +68,7 @@ def main(log_format: str | None, log_level: str | None) -> None:
 @click.option("--cluster", "clusters", multiple=True, help="With --once: only these clusters (repeatable).")
 @click.option("--log-format", type=_LOG_FORMATS, default=None)
 @click.option("--log-level", type=_LOG_LEVELS, default=None)
+@output_option("With --once: json, each (cluster, app) as a /status row of that pass.")
 def run(
     config_file: str,
     once: bool,
@@ -74,6 +76,7 @@ def run(
     clusters: tuple[str, ...],
     log_format: str | None,
     log_level: str | None,
+    output: str,
 ) -> None:
     """Reconcile every configured cluster from Git (forever, or --once)."""
     from agent.kube.connection import install_credential_patch
@@ -85,10 +88,11 @@ def run(
     heap.tune_collector()
     install_credential_patch()  # before clusters load their credentials on threads of their own
 
-    if not once and (dry_run or clusters):
+    if not once and (dry_run or clusters or output != TABLE):
         # The daemon reconciles every configured cluster for real: running it with a flag it
         # would ignore must not write where the user asked for a dry run or a subset.
-        given = " and ".join(f for f, on in (("--dry-run", dry_run), ("--cluster", bool(clusters))) if on)
+        flags = (("--dry-run", dry_run), ("--cluster", bool(clusters)), ("-o", output != TABLE))
+        given = " and ".join(f for f, on in flags if on)
         raise click.UsageError(f"{given} apply to one pass: add --once (the daemon honours neither)")
     # One pass takes no Lease; the daemon does (from the management cluster).
     cfg = load(config_file, clusters, access=True, management=not once)
@@ -113,7 +117,7 @@ def run(
     if not dry_run:  # apps with `wait`: until their rollouts end (each within its health_timeout)
         results = fleet.health.settle(revisions, results, threading.Event())
     health = fleet.health.latest()
-    click.echo(format_summary(results, health))
+    click.echo(to_json(results_json(results, health)) if output == JSON else format_summary(results, health))
     fleet.close()
     degraded = any(h.state is HealthState.FAILED for h in health.values())
     held = held_prunes(results)
@@ -357,11 +361,27 @@ def demo(state_dir: str, keep: bool) -> None:
 
 from agent.cli.completion import completion  # noqa: E402 (registered after `main` exists)
 from agent.cli.diff import diff  # noqa: E402
+from agent.cli.events import events  # noqa: E402
 from agent.cli.history import history, rollback  # noqa: E402
 from agent.cli.ops import resume, status, suspend, sync  # noqa: E402
 from agent.cli.takeover import takeover  # noqa: E402
+from agent.cli.tree import tree  # noqa: E402
+from agent.cli.wait import wait  # noqa: E402
 
-for _command in (diff, takeover, suspend, resume, sync, status, completion, history, rollback):
+for _command in (
+    diff,
+    takeover,
+    suspend,
+    resume,
+    sync,
+    status,
+    completion,
+    history,
+    rollback,
+    events,
+    tree,
+    wait,
+):
     main.add_command(_command)
 
 

@@ -40,6 +40,7 @@ from agent.cli.common import (
     require_access,
     select_apps,
 )
+from agent.cli.output import JSON, TABLE, output_option, results_json, to_json
 from agent.config.types import AppConfig, ClusterConfig, Config
 from agent.errors import AgentError, ApiError, ConfigError
 
@@ -192,7 +193,10 @@ def resume(config_file: str, cluster_name: str, app_name: str | None) -> None:
     is_flag=True,
     help="Write in this one pass although a change window ([[windows]]) is closed (recorded in its result).",
 )
-def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool, force_window: bool) -> None:
+@output_option("json: the agent's answer, or (a pass here) {results: [...]} as run --once -o json.")
+def sync(
+    config_file: str, cluster_name: str, app_name: str | None, local: bool, force_window: bool, output: str
+) -> None:
     """Reconcile an app (or every app of a cluster) now: via the running agent, or one pass here."""
     cfg = load(config_file, [cluster_name])
     configure_logging(cfg)
@@ -208,8 +212,8 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool,
         else:
             if code == 202:
                 once = "; it overrides a closed change window once" if force_window else ""
-                when = body["next_run"]
-                click.echo(f"{cluster_name}: pass requested from the running agent (next run {when}){once}")
+                said = f"{cluster_name}: pass requested from the running agent (next run {body['next_run']}){once}"
+                click.echo(to_json({"cluster": cluster_name, **body}) if output == JSON else said)
                 return
             click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)
             if code in (401, 403):
@@ -222,11 +226,16 @@ def sync(config_file: str, cluster_name: str, app_name: str | None, local: bool,
     # The running agent reaches the cluster with its own files; a pass here needs them (and the
     # management cluster's, for the Lease).
     require_access(cfg, [cluster_name], management=True)
-    sys.exit(_one_pass(cfg, cluster_name, apps, force_window=force_window))
+    sys.exit(_one_pass(cfg, cluster_name, apps, output, force_window=force_window))
 
 
 def _one_pass(
-    cfg: Config, cluster_name: str, apps: tuple[AppConfig, ...], *, force_window: bool = False
+    cfg: Config,
+    cluster_name: str,
+    apps: tuple[AppConfig, ...],
+    output: str = TABLE,
+    *,
+    force_window: bool = False,
 ) -> int:
     from agent.report.summary import format_summary
     from agent.run.fleet import Fleet
@@ -253,7 +262,7 @@ def _one_pass(
         if lm is not None:
             lm.stop(release=True)
         fleet.close()
-    click.echo(format_summary(results))
+    click.echo(to_json(results_json(results)) if output == JSON else format_summary(results))
     held = held_prunes(results)
     return 0 if all(r.ok for r in results) and not held else EXIT_FAILED
 

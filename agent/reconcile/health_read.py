@@ -66,7 +66,7 @@ def read(
                     HealthState.UNKNOWN, f"the cluster does not serve {k.group_kind}", reason="NotServed"
                 )
             continue
-        items, failed = _list_members(client, info, f"{PART_OF}={membership}", wanted, out, namespaced)
+        items, failed = list_members(client, info, f"{PART_OF}={membership}", wanted, out, namespaced)
         if isinstance(failed, ApiError):
             for k in wanted:
                 out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {failed}", reason="ReadFailed")
@@ -92,7 +92,7 @@ def read(
     return out
 
 
-def _list_members(
+def list_members(
     client: KubeClient,
     info: ResourceInfo,
     selector: str,

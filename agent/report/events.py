@@ -304,3 +304,13 @@ def events_for(client: KubeClient, namespace: str, parent_name: str) -> Iterable
         query={"fieldSelector": f"involvedObject.name={parent_name},involvedObject.kind=ConfigMap"},
     )
     return list(doc.get("items") or [])
+
+
+def split_message(message: str) -> tuple[str, str]:
+    """(revision, the rest) of a message ``_write`` made (``revision <sha12>[ app <name>]: <text>``);
+    ("", the whole message) for any other."""
+    head, sep, rest = message.partition(": ")
+    words = head.split(" ")
+    if sep and len(words) in (2, 4) and words[0] == "revision" and (len(words) == 2 or words[2] == "app"):
+        return words[1], rest
+    return "", message

@@ -57,6 +57,7 @@ def status_json(agent: Agent) -> dict[str, Any]:
     """``GET /status``. Its top-level ``revision`` is the default source's (each app's own is in
     its row, each source's in ``sources``)."""
     leases = agent.leases
+    apps = {(a.cluster, a.name): a for a in agent.config.apps}
     clusters = []
     now = datetime.now(UTC)
     for name, st in agent.cluster_status().items():
@@ -65,6 +66,10 @@ def status_json(agent: Agent) -> dict[str, Any]:
                 d["lease_held"] = leases.holds(name)
                 d["holder"] = leases.holder(name)
             d.update(is_open(agent.config.windows, name, d["app"], now).to_json())
+            if (app := apps.get((name, d["app"]))) is not None:
+                # `gitops-agent wait`: which source's revision the app follows, whether its rollout is.
+                d["source"] = app.source
+                d["follows_health"] = bool(app.settings.wait)
             clusters.append(d)
     return {
         "agent": agent.config.agent.name,

@@ -134,9 +134,13 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
 
 
 def _empty(expr: ast.expr) -> bool:
-    """``None``, a boolean, ``""`` or ``()``: "not given", never a setting's value."""
+    """``None``, a boolean, ``""``, ``()`` or an empty collection made per instance
+    (``field(default_factory=list)``, a result's ``drift``): "not given", never a setting's value."""
     if isinstance(expr, ast.Constant):
         return expr.value is None or isinstance(expr.value, bool) or expr.value == ""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "field":
+        factory = next((k.value for k in expr.keywords if k.arg == "default_factory"), None)
+        return isinstance(factory, ast.Name) and factory.id in ("list", "dict", "set", "tuple")
     return isinstance(expr, ast.Tuple) and not expr.elts
 
 

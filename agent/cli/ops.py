@@ -212,7 +212,8 @@ def sync(
         else:
             if code == 202:
                 once = "; it overrides a closed change window once" if force_window else ""
-                said = f"{cluster_name}: pass requested from the running agent (next run {body['next_run']}){once}"
+                when = body["next_run"]
+                said = f"{cluster_name}: pass requested from the running agent (next run {when}){once}"
                 click.echo(to_json({"cluster": cluster_name, **body}) if output == JSON else said)
                 return
             click.echo(f"{cluster_name}: agent at {url} refused: {body.get('error', body)}", err=True)

@@ -29,7 +29,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,11 +37,8 @@ import structlog
 from apscheduler.events import JobExecutionEvent
 
 from agent.config.types import (
-    AGENT_DEFAULTS,
     DEFAULT_SOURCE,
     HEALTH_POLL_MAX,
-    SCHEDULE_JITTER,
-    SCHEDULER_TICK,
     ClusterConfig,
     Config,
 )
@@ -54,6 +50,7 @@ from agent.notify.notifier import Notifier
 from agent.reconcile.apps import cluster_apps
 from agent.run import snapshot
 from agent.run.coalesce import JobState, Request
+from agent.run.daemon_options import DaemonOptions
 from agent.run.due import DueReason, Timing, job_interval, pass_apps, triggered, wake_delay
 from agent.run.fleet import Fleet
 from agent.run.jobs import Jobs
@@ -81,36 +78,6 @@ FleetFactory = Callable[..., Fleet]
 
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
-
-
-@dataclass(frozen=True)
-class DaemonOptions:
-    """Timing of the daemon; ``from_config`` reads the ``[agent]`` keys when they exist."""
-
-    #: Seconds between scheduler ticks; ``/healthz`` fails after ``stuck_after`` without one.
-    tick: float = SCHEDULER_TICK
-    stuck_after: float = AGENT_DEFAULTS.stuck_after
-    #: Seconds SIGTERM waits for running passes before abandoning them.
-    grace: float = AGENT_DEFAULTS.shutdown_grace
-    backoff_base: float = AGENT_DEFAULTS.backoff_base
-    backoff_cap: float = AGENT_DEFAULTS.backoff_cap
-    #: Fraction of the interval (and of a backoff delay) added at random.
-    jitter: float = SCHEDULE_JITTER
-    #: Seconds between checks of the config file for changes (0: never reload).
-    reload_interval: float = AGENT_DEFAULTS.reload_interval
-    #: None: decided from the config (``lease_settings.lease_settings``).
-    leases: LeaseSettings | None = None
-
-    @classmethod
-    def from_config(cls, config: Config) -> DaemonOptions:
-        a = config.agent
-        return cls(
-            stuck_after=a.stuck_after,
-            grace=a.shutdown_grace,
-            backoff_base=a.backoff_base,
-            backoff_cap=a.backoff_cap,
-            reload_interval=a.reload_interval,
-        )
 
 
 class Daemon:

@@ -137,7 +137,7 @@ def _apply_one(
 ) -> ApplyResult:
     for attempt in range(options.conflict_retries + 1):
         if change.action is Action.NOOP:
-            return ApplyResult(change.key, Outcome.UNCHANGED, uid=change.uid)
+            return ApplyResult(change.key, Outcome.UNCHANGED, uid=change.uid, ignored=change.ignored)
         if change.action is Action.CONFLICT:
             # Every differing field is yielded to its owner: nothing to send.
             return ApplyResult(
@@ -147,6 +147,7 @@ def _apply_one(
                 uid=change.uid,
                 note=Note.YIELDED,
                 yielded=change.yielded,
+                ignored=change.ignored,
             )
         if change.action is Action.SKIP or change.body is None:
             return ApplyResult(
@@ -193,7 +194,13 @@ def _send(client: KubeClient, change: Change, body: Manifest | None, options: Ap
     if _stored_nothing(change, meta, options):
         outcome = Outcome.UNCHANGED
     return ApplyResult(
-        change.key, outcome, message=change.reason, uid=uid, warnings=tuple(warnings), yielded=change.yielded
+        change.key,
+        outcome,
+        message=change.reason,
+        uid=uid,
+        warnings=tuple(warnings),
+        yielded=change.yielded,
+        ignored=change.ignored,
     )
 
 

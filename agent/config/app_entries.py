@@ -13,6 +13,7 @@ from agent.config.apps import Placed
 from agent.config.clusters import entry_vars, helm, paths
 from agent.config.conflict_rules import conflict_rules
 from agent.config.health_checks import HealthCheck, health_checks
+from agent.config.ignore_rules import IgnoreRule, ignore_rules
 from agent.config.settings import SETTING_KEYS, cluster_settings
 from agent.config.tomlreader import TableReader
 from agent.config.types import (
@@ -37,6 +38,8 @@ def apps(
     rules: tuple[ConflictRule, ...],
     checks: tuple[HealthCheck, ...],
     base_dir: Path,
+    *,
+    ignore: tuple[IgnoreRule, ...] = (),
 ) -> list[Placed]:
     """The implicit apps of `[[clusters]]` entries, then each `[[apps]]` entry's, in config order."""
     placed: list[Placed] = []
@@ -51,13 +54,15 @@ def apps(
                 "none: add [source], or name a [[sources]] entry default",
                 file=top.file,
             )
-        placed.append(Placed(implicit_app(c, rules, checks), f"clusters[{i}]"))
+        placed.append(Placed(implicit_app(c, rules, checks, ignore), f"clusters[{i}]"))
     by_name = {c.name: c for c in clusters}
     for i, table in enumerate(top.get("apps", list) or ()):
         entry = f"apps[{i}]"
         placed.extend(
             Placed(a, entry)
-            for a in _app(_AppReader(table, entry, top.file), by_name, sources, rules, checks, base_dir)
+            for a in _app(
+                _AppReader(table, entry, top.file), by_name, sources, rules, checks, base_dir, ignore
+            )
         )
     return placed
 
@@ -109,6 +114,7 @@ def _app(
     rules: tuple[ConflictRule, ...],
     checks: tuple[HealthCheck, ...],
     base_dir: Path,
+    ignore: tuple[IgnoreRule, ...] = (),
 ) -> list[AppConfig]:
     """One `[[apps]]` entry: one AppConfig per cluster it names, settings merged over each's."""
     name = r.setting(AppConfig, "name", required=True)
@@ -131,6 +137,8 @@ def _app(
         rules = conflict_rules(rules_raw, f"{r.path}.conflict_rules", r.file)
     if (checks_raw := r.get("health_checks", list)) is not None:
         checks = health_checks(checks_raw, f"{r.path}.health_checks", r.file, app=name)
+    if (ignore_raw := r.get("ignore", list)) is not None:
+        ignore = ignore_rules(ignore_raw, f"{r.path}.ignore", r.file)
     if cluster_only := sorted(set(r.table) & _CLUSTER_ONLY):
         raise r.error(
             cluster_only[0],
@@ -151,6 +159,7 @@ def _app(
             depends_on=depends_on,
             suspend=suspend,
             renamed_from=renamed_from,
+            ignore=ignore,
         )
         for cluster in targets
     ]

@@ -6,7 +6,7 @@ Called by the CLI before anything touches a cluster. Every problem raises one
 default (the defaults are the types', in ``agent.config.types``, beside what each
 key accepts). Each table has its reader: ``agent_settings`` (``[agent]``),
 ``sources``, ``settings`` (``[defaults]``), ``clusters``, ``app_entries``
-(``[[apps]]``), ``conflict_rules``, ``health_checks``, ``notify`` and ``windows``.
+(``[[apps]]``), ``conflict_rules``, ``health_checks``, ``ignore_rules``, ``notify`` and ``windows``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from agent.config.apps import check_apps
 from agent.config.clusters import clusters
 from agent.config.conflict_rules import conflict_rules
 from agent.config.health_checks import health_checks
+from agent.config.ignore_rules import ignore_rules
 from agent.config.settings import SETTING_KEYS, cluster_settings
 from agent.config.sources import sources
 from agent.config.tomlreader import TableReader, too_deep
@@ -76,7 +77,8 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     if (rules_raw := top.get("conflict_rules", list)) is not None:
         rules = conflict_rules(rules_raw, "conflict_rules", file)
     checks = health_checks(top.get("health_checks", list) or [], "health_checks", file)
-    placed = apps(top, entries, named_sources, rules, checks, base_dir)
+    ignore = ignore_rules(top.get("ignore", list) or [], "ignore", file)
+    placed = apps(top, entries, named_sources, rules, checks, base_dir, ignore=ignore)
     sinks = notify.notifications(top)
     alert_settings = notify.alerts(top)
     receiver = notify.receiver(top, agent.listen)
@@ -99,6 +101,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         receiver=receiver,
         receivers=hooks,
         windows=change_windows,
+        ignore=ignore,
     )
 
 

@@ -37,6 +37,7 @@ from agent.config.constraints import (
 )
 from agent.config.constraints import choices as choices
 from agent.config.health_checks import HealthCheck, Wait
+from agent.config.ignore_rules import IgnoreRule
 from agent.config.notify_types import ALERT_DEFAULTS as ALERT_DEFAULTS
 from agent.config.notify_types import RECEIVER_DEFAULTS as RECEIVER_DEFAULTS
 from agent.config.notify_types import STATUS_SINKS as STATUS_SINKS
@@ -474,10 +475,15 @@ class AppConfig:
     implicit: bool = False
     #: The app's previous name on this cluster, whose objects it takes over without re-creating.
     renamed_from: str = declare("", Pattern(DNS_LABEL, "must be a DNS label (an app's name), got {value!r}"))
+    #: The app's own `[[apps.ignore]]`, else the global `[[ignore]]`.
+    ignore: tuple[IgnoreRule, ...] = ()
 
 
 def implicit_app(
-    cluster: ClusterConfig, rules: tuple[ConflictRule, ...], checks: tuple[HealthCheck, ...] = ()
+    cluster: ClusterConfig,
+    rules: tuple[ConflictRule, ...],
+    checks: tuple[HealthCheck, ...] = (),
+    ignore: tuple[IgnoreRule, ...] = (),
 ) -> AppConfig:
     """The app a `[[clusters]]` entry with `path`/`paths` is: exactly what the entry was before apps."""
     return AppConfig(
@@ -490,6 +496,7 @@ def implicit_app(
         vars=cluster.vars,
         helm=cluster.helm,
         implicit=True,
+        ignore=ignore,
     )
 
 
@@ -523,6 +530,8 @@ class Config:
     receivers: tuple[HookConfig, ...] = ()
     #: `[[windows]]`: when the agent may write to which apps (docs/operations.md, change windows).
     windows: tuple[ChangeWindow, ...] = ()
+    #: The global `[[ignore]]`: every app's that sets none of its own.
+    ignore: tuple[IgnoreRule, ...] = ()
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:

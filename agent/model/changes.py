@@ -59,6 +59,15 @@ class FieldConflict:
     live: Any = None
 
 
+@dataclass(frozen=True)
+class IgnoredFields:
+    """How many declared fields of an object one ignore rule left alone: neither sent nor compared."""
+
+    #: The rule's key path in the config (``ignore[0]``, ``apps[1].ignore[0]``).
+    rule: str
+    fields: int
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """The plan's verdict for one object. Values of Secrets are already masked here."""
@@ -85,6 +94,8 @@ class Change:
     provenance: Provenance | None = None
     #: Why a ``SKIP`` (``reason`` says it in words).
     skip: SkipReason | None = None
+    #: Fields the config's ignore rules left alone, counted per rule (rules that matched none omitted).
+    ignored: tuple[IgnoredFields, ...] = ()
 
     @property
     def yielded(self) -> tuple[FieldConflict, ...]:

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent.model.changes import FieldConflict, SkipReason
+from agent.model.changes import FieldConflict, IgnoredFields, SkipReason
 from agent.model.drift import Drift, DriftFate
 from agent.model.failures import Failure, FailureReason, PassState, PruneReason, PruneRefusal, Refusal
 from agent.model.keys import ObjectKey
@@ -109,6 +109,8 @@ class ApplyResult:
     #: Declared fields left to their owners (values of Secrets masked by the plan): the status page
     #: names each one, its owner, the value kept and Git's.
     yielded: tuple[FieldConflict, ...] = ()
+    #: Declared fields the config's ignore rules left alone, counted per rule.
+    ignored: tuple[IgnoredFields, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -111,7 +111,7 @@ def observe(
     out = []
     for path in paths:
         writer, evidence = who(path, entries)
-        git, now = _plain(value_at(obj.manifest, path, node)), _plain(value_at(live, path, node))
+        git, now = _plain(value_at(obj.manifest, path, node)[1]), _plain(value_at(live, path, node)[1])
         if masks.covers(path):  # Git may say it in stringData: declared, so masked whatever it reads
             git, now = masking.MASK, masking.mask_value(path, now, secret=masks)
         out.append(

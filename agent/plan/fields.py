@@ -394,6 +394,15 @@ def _locate(doc: Any, path: FieldPath, node: Node) -> tuple[Any, str | int] | No
     return None
 
 
+def value_at(doc: Any, path: FieldPath, node: Node) -> tuple[bool, Any]:
+    """(whether ``doc`` holds a value at ``path``, that value)."""
+    found = _locate(doc, path, node)
+    if found is None:
+        return False, None
+    container, at = found
+    return True, container[at]
+
+
 def remove_path(doc: Any, path: FieldPath, node: Node) -> bool:
     """Delete the value at ``path`` from ``doc`` in place; ``False`` when it is not there."""
     found = _locate(doc, path, node)
@@ -412,15 +421,6 @@ def replace_path(doc: Any, path: FieldPath, node: Node, value: Any) -> bool:
     container, at = found
     container[at] = value
     return True
-
-
-def value_at(doc: Any, path: FieldPath, node: Node) -> Any:
-    """The value at ``path`` of ``doc`` (``None`` when nothing is there)."""
-    found = _locate(doc, path, node)
-    if found is None:
-        return None
-    container, at = found
-    return container[at]
 
 
 def _unescape(segment: str) -> str:

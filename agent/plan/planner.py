@@ -27,6 +27,10 @@ set when a forced conflict remains. A value equal to live only once normalised (
 added a default inside it, or canonicalised a quantity) is not a change, but another owner's
 copy of it would still conflict: where another entry holds it, it is sent as live spells it.
 
+The config's ``[[ignore]]`` rules (``ignore_rules``) leave fields out the same way as the
+``ignore-fields`` annotation below, except a field only we hold, which is sent as live holds it;
+each change counts the fields per rule (``Change.ignored``).
+
 Per-object annotations in Git (comma-separated JSON-pointer-like paths):
 ``gitops-agent.io/ignore-fields: /spec/replicas`` — never sent nor compared
 (if our entry still owns such a path, it is released by the next write that
@@ -47,6 +51,7 @@ from typing import Any
 
 import jsonpatch
 
+from agent.config.ignore_rules import IgnoreRule
 from agent.config.types import CLUSTER_DEFAULTS, Adopt, ConflictRule, choices
 from agent.model import (
     FORCE_FIELDS,
@@ -65,7 +70,7 @@ from agent.model import (
     SkipReason,
     split_api_version,
 )
-from agent.plan import hooks, masking
+from agent.plan import hooks, ignore_rules, masking
 from agent.plan.compare import differences
 from agent.plan.expected import expected_after, for_report, whole_item_if_key
 from agent.plan.fields import (
@@ -108,6 +113,8 @@ class PlanOptions:
     protected: frozenset[str] | None = None
     #: (membership value, app) of this agent's apps on the cluster: a refusal names the app.
     set_owners: frozenset[tuple[str, str]] | None = None
+    #: The app's ignore rules (``[[apps.ignore]]``, else ``[[ignore]]``): fields left alone.
+    ignore: Sequence[IgnoreRule] = ()
     #: False = the reconcile pass: no report operations and no path sets where the verdict does
     #: not need them (a CREATE carries neither). The verdict itself is the same either way.
     detail: bool = True
@@ -159,6 +166,18 @@ def _pointer_paths(manifest: Manifest, annotation: str, node: Node) -> tuple[Fie
     return tuple(p for p in paths if p)
 
 
+def _body(
+    manifest: Manifest, live: Manifest | None, node: Node, options: PlanOptions
+) -> tuple[Manifest, tuple[FieldPath, ...], ignore_rules.Ignored]:
+    """What may be applied (``_clean``, then what the rules keep), the paths left out, the rules' verdict."""
+    ruled = ignore_rules.resolve(options.ignore, manifest, live, node, options.field_manager)
+    ignored = (*_pointer_paths(manifest, IGNORE_FIELDS, node), *ruled.dropped)
+    body = _clean(manifest, ignored, node)
+    if ruled.dropped:
+        body = ignore_rules.without_emptied(body, ruled.dropped, node)
+    return ignore_rules.with_kept(body, ruled.kept, node), ignored, ruled
+
+
 def _clean(manifest: Manifest, ignored: Sequence[FieldPath], node: Node) -> Manifest:
     """``manifest`` without status, server-set metadata and ignored paths: what may be applied.
 
@@ -200,7 +219,6 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     node = root_node(options.schema, group, version, str(manifest.get("kind", "")))
     secret = masking.is_secret(manifest)
     masks = masking.masks_of(manifest, live)
-    ignored = _pointer_paths(manifest, IGNORE_FIELDS, node)
     rv = str((live or {}).get("metadata", {}).get("resourceVersion") or "") or None
     uid = str((live or {}).get("metadata", {}).get("uid") or "") or None
     ids: dict[str, Any] = {"resource_version": rv, "uid": uid}
@@ -210,12 +228,13 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
             why = f"{RECONCILE}: disabled (in {where})"
             return _change(desired, Action.SKIP, reason=why, skip=SkipReason.RECONCILE_DISABLED, **ids)
 
-    body = _clean(manifest, ignored, node)
+    body, ignored, ruled = _body(manifest, live, node, options)
+    counted = {"ignored": ruled.counts}
     if live is None:
         # Masked by what the body itself says, so that ``request_body`` restores exactly that.
         shown = masking.mask_secret(body)
         if not options.detail:
-            return _change(desired, Action.CREATE, body=shown)
+            return _change(desired, Action.CREATE, body=shown, **counted)
         paths = manifest_paths(body, node)
         return _change(
             desired,
@@ -224,6 +243,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
             declared=paths,
             changed=paths,
             operations=tuple(jsonpatch.make_patch({}, for_report(shown)).patch),
+            **counted,
         )
 
     entries = managed_entries(live)
@@ -255,7 +275,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
     pending |= diff.reordered
 
     if not changed and not diff.reordered and ownership_exact:
-        return _change(desired, Action.NOOP, declared=declared, **ids)
+        return _change(desired, Action.NOOP, declared=declared, **ids, **counted)
     if not pending and ownership_exact:
         return _change(
             desired,
@@ -265,6 +285,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
             conflicts=conflicts,
             reason="every differing path is owned by another manager and yielded; nothing to send",
             **ids,
+            **counted,
         )
     released = _released(owned - declared, ctx.others)
     ops: tuple[dict[str, Any], ...] = ()
@@ -286,6 +307,7 @@ def plan_object(desired: DesiredObject, live: Manifest | None, options: PlanOpti
         operations=ops,
         reason=reason,
         **ids,
+        **counted,
     )
 
 
@@ -530,7 +552,7 @@ def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOption
         return request_body(change, desired)
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
-    body = _clean(desired.manifest, _pointer_paths(desired.manifest, IGNORE_FIELDS, node), node)
+    body = _body(desired.manifest, live, node, options)[0]
     if change.yielded:
         body = copy.deepcopy(body)  # _clean may return Git's manifest itself
     for conflict in change.yielded:
@@ -538,12 +560,12 @@ def send_body(desired: DesiredObject, live: Manifest | None, options: PlanOption
     return body
 
 
-def whole_body(desired: DesiredObject, options: PlanOptions) -> Manifest:
-    """Git's manifest as a forced apply would send it, nothing yielded (ignored paths still
-    left out): what ``reconcile.confirm`` dry-runs to tell a conflict of spelling from one of values."""
+def whole_body(desired: DesiredObject, options: PlanOptions, live: Manifest | None = None) -> Manifest:
+    """Git's manifest as a forced apply would send it over ``live``, nothing yielded (ignored paths
+    still left out): what ``reconcile.confirm`` dry-runs to tell a conflict of spelling from one of values."""
     group, version = split_api_version(desired.api_version)
     node = root_node(options.schema, group, version, str(desired.manifest.get("kind", "")))
-    return _clean(desired.manifest, _pointer_paths(desired.manifest, IGNORE_FIELDS, node), node)
+    return _body(desired.manifest, live, node, options)[0]
 
 
 def summary_line(plan_: Plan) -> str:

@@ -33,7 +33,11 @@ def cluster_apps(config: Config, cluster: ClusterConfig) -> tuple[AppConfig, ...
     apps = config.apps_of(cluster.name)
     if apps or config.apps:
         return apps
-    return (implicit_app(cluster, config.conflict_rules, config.health_checks),) if cluster.paths else ()
+    return (
+        (implicit_app(cluster, config.conflict_rules, config.health_checks, config.ignore),)
+        if cluster.paths
+        else ()
+    )
 
 
 def with_dependencies(

@@ -106,7 +106,7 @@ class AppPlan:
 
     def whole(self, obj: DesiredObject) -> Manifest:
         """Git's whole body for ``obj``, as a forced apply sends it (``confirm`` checks conflicts)."""
-        return whole_body(obj, self.ready.options)
+        return whole_body(obj, self.ready.options, self.live.objects.get(obj.key))
 
     def prune(self, client: KubeClient) -> list[ApplyResult]:
         """Carry out the prune decision (a dry run's deletes are previews: ``prune_options``)."""

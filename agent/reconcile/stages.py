@@ -448,6 +448,7 @@ class ClusterStages:
             handover_from=handover_from,
             protected=protected,
             set_owners=owners,
+            ignore=app.ignore if app else self.config.ignore,
         )
 
     def prune_options(

@@ -60,6 +60,7 @@ class NoopMemo:
             options.membership_label,
             options.handover_from,
             options.protected,
+            tuple(options.ignore),
             id(options.schema),
             schema_generation,
         )

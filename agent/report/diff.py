@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +44,7 @@ from agent.model import (
     Change,
     DesiredObject,
     Drift,
+    IgnoredFields,
     Manifest,
     ObjectKey,
     Outcome,
@@ -145,6 +146,7 @@ def change_report(
         note=note,
         skip=change.skip.value if change.skip else "",
         error=error,
+        ignored=change.ignored,
     )
 
 
@@ -244,6 +246,7 @@ def _report(rec: ClusterReconciler, ap: AppPlan) -> AppReport:
         unchanged=sum(1 for c in changes if (c.action is Action.NOOP or c.key in quiet) and c.key not in api),
         prune_refused=ap.decision.refused,
         notes=tuple(notes),
+        ignored=ignored_totals(changes),
     )
     for v in ap.verdicts:
         if v.conflicts:
@@ -269,6 +272,15 @@ def _drift_noted(o: ObjectReport, drift: tuple[Drift, ...], *, kept: bool) -> Ob
     said = "; ".join(f"{d.path} changed by {d.who}" for d in drift)
     note = f"drift (drift = report), {fate}: {said}"
     return replace(o, note=f"{o.note}; {note}" if o.note else note)
+
+
+def ignored_totals(changes: Iterable[Change]) -> tuple[IgnoredFields, ...]:
+    """Fields left alone per ignore rule over ``changes``, rules in the order first met."""
+    totals: dict[str, int] = {}
+    for c in changes:
+        for i in c.ignored:
+            totals[i.rule] = totals.get(i.rule, 0) + i.fields
+    return tuple(IgnoredFields(rule, n) for rule, n in totals.items())
 
 
 def _by_change(ap: AppPlan) -> list[Verdict | None]:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import click
 
+from agent.model import IgnoredFields
 from agent.report.model import (
     AppReport,
     ClusterReport,
@@ -60,6 +61,11 @@ def conflict_text(c: ConflictLine) -> str:
     else:
         what = f"force: Git's {_value(c.desired)} replaces {_value(c.live)}"
     return f"{c.path} is owned by {c.manager} ({where}): {what}"
+
+
+def ignored_text(i: IgnoredFields) -> str:
+    """``3 field(s) left alone by rule `apps[0].ignore[1]```."""
+    return f"{i.fields} field(s) left alone by rule `{i.rule}`"
 
 
 def status_text(c: ClusterReport) -> str:
@@ -181,6 +187,8 @@ def _markdown_body(report: Report, a: AppReport, what: str) -> list[str]:
         )
     elif not a.error and a.unchanged:
         lines.append(f"{a.unchanged} object(s) unchanged.")
+    if a.ignored:
+        lines += ["", *(f"- Ignored: {_md(ignored_text(i))}" for i in a.ignored)]
     return lines
 
 
@@ -347,6 +355,7 @@ def render_text(report: Report, *, color: bool = False) -> str:
                 lines.append(style(f"{f.severity.value}: {f.text()}", fg=colour))
             if not a.error and not a.objects:
                 lines.append("no changes")
+            lines.extend(f"ignored: {ignored_text(i)}" for i in a.ignored)
             for o in a.objects:
                 lines.extend(_text_object(report, o, style))
     return "\n".join(lines) + "\n"

@@ -16,6 +16,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.model import IgnoredFields
+
 SCHEMA_VERSION = 2
 
 #: Exit codes, as ``kubectl diff``: 0 no differences, 1 differences, 2 an error.
@@ -187,6 +189,8 @@ class ObjectReport:
     app_conflicts: tuple[AppConflictLine, ...] = ()
     #: Its apiVersion: not served, removed by the target release, deprecated, server warnings.
     api: tuple[ApiLine, ...] = ()
+    #: Declared fields the config's ignore rules left alone, per rule: neither sent nor compared.
+    ignored: tuple[IgnoredFields, ...] = ()
 
     @property
     def key(self) -> str:
@@ -246,6 +250,8 @@ class AppReport:
     notes: tuple[str, ...] = ()
     #: What the checks of encrypted files and Secrets found (``diff --offline``).
     findings: tuple[Finding, ...] = ()
+    #: Fields the ignore rules left alone over all the app's objects, unchanged ones included.
+    ignored: tuple[IgnoredFields, ...] = ()
 
     def count(self, action: ObjectAction) -> int:
         return sum(1 for o in self.objects if o.action is action and o.error is None)
@@ -411,6 +417,7 @@ def _object_json(o: ObjectReport) -> dict[str, Any]:
             for c in o.app_conflicts
         ],
         "api": [{"problem": a.problem, "message": a.message, "replacement": a.replacement} for a in o.api],
+        **_ignored_json(o.ignored),
     }
 
 
@@ -426,7 +433,13 @@ def _app_json(a: AppReport) -> dict[str, Any]:
         ],
         "summary": {**a.totals(), "unchanged": a.unchanged},
         "objects": [_object_json(o) for o in a.objects],
+        **_ignored_json(a.ignored),
     }
+
+
+def _ignored_json(ignored: tuple[IgnoredFields, ...]) -> dict[str, Any]:
+    """``ignored`` only where a rule left fields alone: reports of configs without rules keep their shape."""
+    return {"ignored": [{"rule": i.rule, "fields": i.fields} for i in ignored]} if ignored else {}
 
 
 def to_json(report: Report) -> dict[str, Any]:

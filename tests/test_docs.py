@@ -72,6 +72,10 @@ NOT_A_VALUE = {
     ("windows", "duration"),
     ("windows", "kind"),
     ("windows", "name"),
+    ("ignore", "selector"),  # unset: every object (an empty selector is refused)
+    ("ignore", "json_pointers"),  # a rule needs one of the three: their defaults are together
+    ("ignore", "paths"),
+    ("ignore", "managers"),
 }
 #: Tables that take the keys of another, which the reference documents once, in a sentence
 #: naming both: a `[[sources]]` entry is a `[source]` with a name, and so on.
@@ -82,6 +86,7 @@ MIRRORS = {
     "apps.helm": "clusters.helm",
     "apps.conflict_rules": "conflict_rules",
     "apps.health_checks": "health_checks",
+    "apps.ignore": "ignore",
     "clusters.decryption": "defaults.decryption",
     "apps.decryption": "defaults.decryption",
 }
@@ -110,6 +115,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
         ],
         "conflict_rules": [{"manager": "*", "action": "yield"}],
         "health_checks": [{"api_version": "example.com/v1", "kind": "Widget", "current": "true"}],
+        "ignore": [{"json_pointers": ["/spec/replicas"]}],
         "sources": [{"name": "other", "url": "https://git.example.com/other.git", "auth": {}, "verify": {}}],
         "apps": [
             {
@@ -120,6 +126,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
                 "helm": {"chart": "chart"},
                 "conflict_rules": [{"manager": "*", "action": "yield"}],
                 "health_checks": [{"api_version": "example.com/v1", "kind": "Widget", "current": "true"}],
+                "ignore": [{"json_pointers": ["/spec/replicas"]}],
                 "decryption": {},
             }
         ],
@@ -161,7 +168,14 @@ def accepted_keys(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[se
         parse_config(base_data(kubeconfig), base_dir=kubeconfig.parent)
     tables = {k for s, k in seen if s == ""}
     tables |= {"source.auth", "source.verify", "clusters.vars", "clusters.helm"}
-    tables |= {"sources.auth", "sources.verify", "apps.vars", "apps.helm", "apps.conflict_rules"}
+    tables |= {
+        "sources.auth",
+        "sources.verify",
+        "apps.vars",
+        "apps.helm",
+        "apps.conflict_rules",
+        "apps.ignore",
+    }
     tables |= {"apps.health_checks"}
     tables |= {"defaults.decryption", "clusters.decryption", "apps.decryption"}
     keys = {(s, k) for s, k in seen if f"{s}.{k}".strip(".") not in tables}

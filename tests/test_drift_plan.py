@@ -28,6 +28,7 @@ from agent.notify.policy import ClusterState, Condition, NoticeKind, observe, pa
 from agent.plan import drift
 from agent.plan.fields import encode_fields_v1
 from agent.plan.planner import PlanOptions, plan_object
+from agent.report.summary import format_summary
 
 OPTIONS = PlanOptions(field_manager="agent", rules=DEFAULT_CONFLICT_RULES)
 WEB = ObjectKey("apps", "Deployment", "shop", "web")
@@ -208,3 +209,27 @@ def test_the_drift_alert_fires_once_is_never_reminded_of_and_resolves_once() -> 
     corrected = Drift(WEB, DriftKind.CHANGED, "spec.replicas", fate=DriftFate.CORRECTED)
     (obs,) = [o for o in pass_observations(_result(corrected)) if o.condition is Condition.DRIFT]
     assert not obs.bad and obs.message.startswith("drift corrected by revision aaaaaaaaaaaa on 1 object")
+
+
+def test_run_once_table_says_drift_was_reported_and_names_each_field_and_who() -> None:
+    """A `drift = "report"` pass that left drift is not a plain "ok": the STATUS cell says so and a
+    line per field names the values and the writer (what `gitops-agent status` shows)."""
+    key = ObjectKey("", "ConfigMap", "trial", "settings")
+    drift = Drift(
+        key,
+        DriftKind.CHANGED,
+        "data.mode",
+        git="prod",
+        live="debug",
+        manager="kubectl-patch",
+        operation="Update",
+        time="2026-12-06T06:55:43Z",
+        evidence=Evidence.OWNER,
+    )
+    result = ClusterResult("dev", "f2a141edd34d", app="web", drift=[drift])
+    lines = format_summary([result]).splitlines()
+    assert lines[1].endswith("ok (drift reported in 1 object(s), not corrected)"), lines
+    assert lines[2] == (
+        '  dev/web: drift reported: ConfigMap/trial/settings: data.mode: Git "prod", live "debug", '
+        "by kubectl-patch (Update) at 2026-12-06T06:55:43Z"
+    ), lines

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.model import ApiProblem, AppHealth, ClusterResult, FieldConflict, HealthState, Outcome
+from agent.model import (
+    ApiProblem,
+    AppHealth,
+    ClusterResult,
+    DriftFate,
+    FieldConflict,
+    HealthState,
+    Outcome,
+    drifted_objects,
+)
 from agent.plan.fields import render_path
 
 
@@ -26,6 +35,8 @@ def _status(r: ClusterResult) -> str:
         return f"waiting on {', '.join(r.waiting_on)}"
     if r.prune_refusal is not None:
         return f"ok (prune refused: {r.prune_refusal.message})"
+    if reported := drifted_objects([d for d in r.drift if d.fate is DriftFate.REPORTED]):
+        return f"ok (drift reported in {reported} object(s), not corrected)"
     return "ok"
 
 
@@ -33,7 +44,8 @@ def format_summary(
     results: list[ClusterResult], health: Mapping[tuple[str, str], AppHealth] | None = None
 ) -> str:
     """One row per (cluster, app), then each failed or skipped object, each object two apps declare
-    and each field yielded to another manager (YIELDED counts those objects: a yield is never silent).
+    and each field yielded to another manager (YIELDED counts those objects: a yield is never silent),
+    and each drifted field (``drift = "report"``: left and reported, or corrected by a new revision).
 
     The APP column is there when an app is not a cluster entry's own (named after the entry):
     a config without `[[apps]]` prints the table it printed before apps. The HEALTH column is
@@ -78,6 +90,7 @@ def format_summary(
             lines.append(f"  {where}: conflict: {c}")
         for res in r.results:
             lines.extend(f"  {where}: {res.key}: yielded: {yielded_text(y)}" for y in res.yielded)
+        lines.extend(f"  {where}: drift {d.fate.value}: {d.describe()}" for d in r.drift)
         for f in r.api_findings:
             if f.problem is not ApiProblem.NOT_SERVED:  # those are failed objects, listed above
                 lines.append(f"  {where}: {f.key}: {f.problem.value}: {f.message}")

@@ -19,8 +19,9 @@ from agent.config.load import parse_config
 from agent.config.tomlreader import parse_duration
 from agent.config.windows import ChangeWindow, WindowKind
 from agent.errors import ConfigError
-from agent.model import WindowReason
+from agent.model import ClusterResult, WindowHold, WindowReason
 from agent.plan.windows import is_open, window_state
+from agent.report.summary import format_summary
 from agent.run.server import HealthServer, Metrics
 
 ALLOW, DENY = WindowKind.ALLOW, WindowKind.DENY
@@ -385,3 +386,15 @@ def test_post_sync_passes_force_window_only_when_asked_and_only_with_the_token()
         assert asked == [("c", None, False), ("c", "web", True), ("c", None, True)]
     finally:
         server.stop()
+
+
+def test_run_once_table_says_a_pass_was_held_by_a_change_window_and_not_once_it_was_forced() -> None:
+    hold = WindowHold(WindowReason.DENY, "freeze", "deny window 'freeze' is open until 08:00")
+    held = ClusterResult("dev", "75edf62d4a85", app="web", window=hold)
+    (_, row) = format_summary([held]).splitlines()
+    assert row.endswith("held by change window freeze: deny window 'freeze' is open until 08:00"), row
+    forced = ClusterResult(
+        "dev", "75edf62d4a85", app="web", window=WindowHold(**{**vars(hold), "forced": True})
+    )
+    (_, row) = format_summary([forced]).splitlines()
+    assert row.endswith("  ok"), row

@@ -23,7 +23,8 @@ def yielded_text(c: FieldConflict) -> str:
 
 
 def _status(r: ClusterResult) -> str:
-    """One cell: ``ok``, ``ok (prune refused: …)``, ``refused (<refusal>): …`` or ``failed: …``."""
+    """One cell: ``ok``, ``ok (prune refused: …)``, ``held by change window …``, ``refused
+    (<refusal>): …`` or ``failed: …``."""
     if r.failure is not None:
         first = (r.failure.message.splitlines() or [""])[0]
         if r.failure.refusal is not None:
@@ -31,6 +32,8 @@ def _status(r: ClusterResult) -> str:
         return f"failed: {first}"
     if not r.ok:
         return "failed: objects failed"
+    if r.window is not None and not r.window.forced:
+        return f"held by change window {r.window.window}: {r.window.message}"
     if r.waiting_on:
         return f"waiting on {', '.join(r.waiting_on)}"
     if r.prune_refusal is not None:

@@ -25,7 +25,7 @@ import structlog
 
 from agent.apply import prune as prune_stage
 from agent.apply.inventory import Inventory, load_parents, parent_name
-from agent.config.types import ClusterConfig, Config, DriftMode
+from agent.config.types import DriftMode
 from agent.errors import AgentError, ClusterRefused, RenderError, ScopeError
 from agent.kube.client import KubeClient
 from agent.model import (
@@ -55,10 +55,9 @@ from agent.reconcile import namespaces, pins
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
 from agent.reconcile.apps import Assignment, Declared, assign, dependency_order
 from agent.reconcile.live import GroupKind, LiveState
-from agent.reconcile.stages import ClientFactory, ClusterStages, SameCluster
+from agent.reconcile.stages import ClusterStages
 from agent.reconcile.verdicts import NoopMemo, Verdict
 from agent.render.chart_meta import chart_version
-from agent.render.renderer import RenderCache
 from agent.source.git import GitSource
 from agent.source.pinned import revision_at
 
@@ -127,27 +126,6 @@ def owner_of(
 
 class ClusterPipeline(ClusterStages):
     """The stages of one cluster, sequenced for a pass's apps (see the module docstring)."""
-
-    def __init__(
-        self,
-        config: Config,
-        cluster: ClusterConfig,
-        *,
-        client_factory: ClientFactory = KubeClient.from_config,
-        render_cache: RenderCache | None = None,
-        same_cluster: SameCluster | None = None,
-    ) -> None:
-        super().__init__(
-            config,
-            cluster,
-            client_factory=client_factory,
-            render_cache=render_cache,
-            same_cluster=same_cluster,
-        )
-        #: App → its no-op memo, kept across passes.
-        self._memos: dict[str, NoopMemo] = {}
-        #: Source name → its cache, read for rollback pins (never the network).
-        self._caches: dict[str, GitSource] = {}
 
     def plan_pass(
         self, runs: dict[str, AppRun], *, dry_run: bool, keep_live: bool = False, preview: bool = False

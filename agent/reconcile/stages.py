@@ -39,9 +39,11 @@ from agent.reconcile.apps import cluster_apps
 from agent.reconcile.identity import shared_message
 from agent.reconcile.keys import load_keys
 from agent.reconcile.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
+from agent.reconcile.verdicts import NoopMemo
 from agent.render.renderer import Capabilities, RenderCache, RenderSpec
 from agent.render.sops import SOPS_KEY
 from agent.source.checkout import reading
+from agent.source.git import GitSource
 
 ClientFactory = Callable[[ClusterConfig], KubeClient]
 #: (this entry, its cluster's kube-system UID or None) → the other entries reaching that cluster.
@@ -103,6 +105,10 @@ class ClusterStages:
         #: Identity ("": the agent's own) → kinds it may list only per namespace (a cluster-wide
         #: LIST was refused once): listed per namespace straight away in later passes.
         self._namespaced_lists: dict[str, set[GroupKind]] = {}
+        #: App → its no-op memo, kept across passes (``pipeline``).
+        self._memos: dict[str, NoopMemo] = {}
+        #: Source name → its cache, read for rollback pins (never the network).
+        self._caches: dict[str, GitSource] = {}
 
     @property
     def client(self) -> KubeClient:

@@ -70,6 +70,7 @@ NOT_SETTINGS = {
     "PlanOptions.detail",  # the report's mode; the pass turns it off
     "PlanOptions.handover_from",  # None: no other app's set; the pass knows its apps
     "PlanOptions.protected",  # likewise
+    "PlanOptions.ignore",  # (): no ignore rules (the pass gives each app its own, from the config)
     "PlanOptions.set_owners",  # None: no app of this agent known by its set (refusals name the label)
     "PruneOptions.app",  # None: the cluster entry's own app
     "PruneOptions.scope",  # None: unrestricted (the pass gives each app its own)
@@ -197,8 +198,12 @@ def test_no_default_of_a_setting_outside_agent_config_is_a_literal() -> None:
     for d in defaults():
         shown = f"{d.where} {d.name} = {ast.unparse(d.expr)}"
         if d.name in NOT_SETTINGS:
-            if not (isinstance(d.expr, ast.Constant) and d.expr.value in (None, True, False)):
-                wrong.append(f"{shown}: not a setting, so None, True or False only")
+            empty_tuple = isinstance(d.expr, ast.Tuple) and not d.expr.elts
+            if (
+                not (isinstance(d.expr, ast.Constant) and d.expr.value in (None, True, False))
+                and not empty_tuple
+            ):
+                wrong.append(f"{shown}: not a setting, so None, True, False or () only")
             continue
         if not d.option and _empty(d.expr):
             continue  # a field named like a key but "not given" (a report's kubernetes_version = "")

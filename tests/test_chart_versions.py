@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from agent.source.chart_versions import newest, parse_constraint, parse_version
+from agent.config.chart_versions import newest, parse_constraint, parse_version
 
 # (constraint, versions it allows, versions it refuses): the examples of Masterminds' README and
 # Helm's `--version` documentation.

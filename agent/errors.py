@@ -105,6 +105,7 @@ class ChartError(SourceError):
 
     def __init__(self, problem: ChartProblem, message: str, *, url: str, constraint: str = "") -> None:
         self.problem = problem
+        self.detail = message
         self.constraint = constraint
         wanted = f" (version {constraint!r})" if constraint else ""
         super().__init__(f"{problem}{wanted}: {message}", url=url)

@@ -436,11 +436,13 @@ def helm_template(
     runner: Runner,
     kube_version: str = "",
     api_versions: Sequence[str] = (),
+    values_json: str = "",
 ) -> ToolOutput:
     """``helm template`` of a chart directory with the given values files, offline.
 
     ``kube_version`` and ``api_versions`` are the cluster's (``.Capabilities``): without them
-    Helm assumes its own built-in version and API list, not the cluster's.
+    Helm assumes its own built-in version and API list, not the cluster's. ``values_json``: the
+    app's `[helm.values]` table, given after the files (JSON is YAML).
     """
     rel = chart.relative_to(tree).as_posix()
     argv = [str(helm), "template", release, str(chart), "--include-crds", "--skip-tests"]
@@ -453,6 +455,9 @@ def helm_template(
     for v in values:
         argv += ["--values", str(v)]
     with tempfile.TemporaryDirectory(prefix="gitops-agent-helm-") as home:
+        if values_json:
+            (Path(home) / "values.json").write_text(values_json)
+            argv += ["--values", str(Path(home) / "values.json")]
         res, problems = _run(
             f"helm template {rel}",
             f"{rel}/Chart.yaml",

@@ -239,7 +239,16 @@ class ChartFetcher:
         return tuple(out.values())
 
     def fetch(self, helm: HelmSettings) -> ChartPin:
-        """The chart ``helm`` names at the newest version its constraint allows; ``ChartError``."""
+        """The chart ``helm`` names at the newest version its constraint allows; ``ChartError``
+        naming the repository and the constraint."""
+        try:
+            return self._fetch(helm)
+        except ChartError as e:
+            if e.constraint:
+                raise
+            raise ChartError(e.problem, e.detail, url=e.url, constraint=helm.version or "*") from None
+
+    def _fetch(self, helm: HelmSettings) -> ChartPin:
         repo = repository_for(helm.repository, self.repositories)
         http = _Http(repo, helm.repository, self.timeout)
         try:

@@ -5,6 +5,7 @@
     AgentError                      base; ``retryable`` says whether a later pass may succeed
     ├── ConfigError                 bad config file: names the key path (``clusters[1].kubeconfig``)
     ├── SourceError                 Git: unreachable, auth, missing ref, bad signature (URL masked)
+    │   └── ChartError              a chart repository: down, refused, bad index, no match, tampered
     ├── RenderError                 every problem of one cluster's render, each with file/line
     ├── ClusterError                a cluster as a whole: unreachable, timed out, credentials refused
     │   └── ApiError                one API request answered with an error status (and its Status details),
@@ -73,6 +74,41 @@ class SourceError(AgentError):
         self.url = url
         self.retryable = retryable
         super().__init__(f"{url}: {message}" if url else message)
+
+
+class ChartProblem(enum.StrEnum):
+    """Why a chart could not be fetched from its repository (``ChartError.problem``)."""
+
+    #: No answer: connection refused or timed out, a name that does not resolve, a 5xx.
+    UNREACHABLE = "unreachable"
+    #: 401 or 403: credentials missing or refused.
+    UNAUTHORIZED = "unauthorized"
+    #: The repository's certificate or the TLS handshake failed.
+    TLS = "tls"
+    #: Any other answer that is not the index or the archive (404, too many redirects).
+    HTTP = "http"
+    #: ``index.yaml`` is too large, does not parse, or lists no such chart.
+    INDEX = "index"
+    #: No version of the chart matches the constraint.
+    NO_MATCH = "no-match"
+    #: The archive's digest is not the index's (or the index gives none).
+    DIGEST = "digest"
+    #: The archive is too large, does not unpack, or holds a path or file type it may not.
+    ARCHIVE = "archive"
+
+
+class ChartError(SourceError):
+    """A chart could not be fetched: the app fails closed with reason ``chart``, its last good
+    chart in force. ``url`` is the repository's, never with credentials."""
+
+    failure_reason = FailureReason.CHART
+
+    def __init__(self, problem: ChartProblem, message: str, *, url: str, constraint: str = "") -> None:
+        self.problem = problem
+        self.detail = message
+        self.constraint = constraint
+        wanted = f" (version {constraint!r})" if constraint else ""
+        super().__init__(f"{problem}{wanted}: {message}", url=url)
 
 
 class RenderLimit(enum.StrEnum):

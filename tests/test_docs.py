@@ -45,6 +45,7 @@ NOT_A_VALUE = {
     ("clusters", "kubeconfig"),
     ("clusters.helm", "chart"),
     ("clusters.helm", "release_name"),
+    ("helm_repositories", "url"),
     ("defaults", "max_prune"),
     ("defaults", "substitute"),
     ("conflict_rules", "manager"),
@@ -135,6 +136,7 @@ def base_data(kubeconfig: Path) -> dict[str, Any]:
         "receiver": {"listen": "127.0.0.1:9090"},
         "receivers": [{"name": "h", "kind": "github", "secret_file": "/etc/hook-secret"}],
         "windows": [{"schedule": "0 22 * * *", "duration": "2h", "kind": "allow"}],
+        "helm_repositories": [{"url": "https://charts.example.com"}],
     }
 
 

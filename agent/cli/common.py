@@ -129,21 +129,23 @@ def poll_sources(cfg: Config, apps: Sequence[AppConfig] | None = None) -> dict[s
     A failing source is said on stderr and left out: its apps then fail with a typed source
     failure in the pass, while the others proceed.
     """
+    from agent.reconcile.charts import ChartPolls
     from agent.source.sources import SourceSet
 
     names = None if apps is None else list(dict.fromkeys(a.source for a in apps))
     polled = SourceSet.from_config(cfg).poll(names)
     for name, error in polled.errors.items():
         click.echo(f"source error: source {name!r}: {error}", err=True)
-    return polled.revisions
+    charts = ChartPolls(cfg)  # each app's repository chart, pinned as the daemon's poll pins it
+    return {name: charts.attach(name, revision) for name, revision in polled.revisions.items()}
 
 
 def resolve_app(cfg: Config, app: AppConfig, revision: str | None) -> Revision:
     """``app``'s source at ``--revision`` (a ref or commit of that source), or its configured ref
     now. Raises ``SourceError``."""
+    from agent.reconcile.charts import ChartPolls
     from agent.source.sources import SourceSet
 
     sources = SourceSet.from_config(cfg)
-    if revision:
-        return sources.resolve(app.source, revision)
-    return sources.source(app.source).poll()
+    found = sources.resolve(app.source, revision) if revision else sources.source(app.source).poll()
+    return ChartPolls(cfg).attach(app.source, found)

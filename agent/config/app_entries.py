@@ -45,7 +45,7 @@ def apps(
     placed: list[Placed] = []
     has_default = sources[0].name == DEFAULT_SOURCE
     for i, c in enumerate(clusters):
-        if not c.paths:
+        if not c.has_app:
             continue
         if not has_default:
             raise ConfigError(
@@ -123,10 +123,10 @@ def _app(
     if source not in {s.name for s in sources}:
         raise r.error("source", f"no source named {source!r} (have: {', '.join(s.name for s in sources)})")
     app_paths = paths(r)
-    if app_paths is None:
-        raise r.error("path", "required key is missing (the directory of this app's manifests)")
     variables = entry_vars(r)
     helm_settings = helm(r, name)
+    if app_paths is None and not (helm_settings and helm_settings.repository):
+        raise r.error("path", "required key is missing (the directory of this app's manifests)")
     depends_on = r.string_list("depends_on") or ()
     for i, dep in enumerate(depends_on):
         if dep in depends_on[:i]:
@@ -149,7 +149,7 @@ def _app(
         AppConfig(
             name=name,
             cluster=cluster,
-            paths=app_paths,
+            paths=app_paths or (),
             settings=cluster_settings(r, clusters[cluster].settings, base_dir),
             conflict_rules=rules,
             health_checks=checks,

@@ -6,7 +6,9 @@ Called by ``load`` (and ``app_entries`` for the keys an app shares with a cluste
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 from agent.config.constraints import VAR_NAME
@@ -14,6 +16,9 @@ from agent.config.settings import cluster_settings
 from agent.config.tomlreader import TableReader, type_name
 from agent.config.types import ClusterConfig, ClusterSettings, HelmSettings
 from agent.errors import ConfigError
+
+#: A chart's name in a repository, as `helm create` and `helm repo index` allow it.
+_CHART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def clusters(top: TableReader, defaults: ClusterSettings, base_dir: Path) -> list[ClusterConfig]:
@@ -51,7 +56,7 @@ def _cluster(r: TableReader, base: ClusterSettings, base_dir: Path) -> ClusterCo
         kubeconfig = str((base_dir / os.path.expanduser(kubeconfig)).resolve())
     variables = entry_vars(r)
     helm_settings = helm(r, name)
-    if helm_settings is not None and not all_paths:
+    if helm_settings is not None and not all_paths and not helm_settings.repository:
         raise r.error("helm", "needs path or paths (the chart renders with this entry's own app)")
     settings = cluster_settings(r, base, base_dir)
     r.finish()
@@ -109,15 +114,27 @@ def entry_vars(r: TableReader) -> dict[str, str]:
 
 
 def helm(r: TableReader, release_name: str) -> HelmSettings | None:
-    """The entry's `helm` table (a chart in the repository), if any."""
+    """The entry's `helm` table (a chart in the repository, or with `repository` a chart in a
+    chart repository), if any."""
     h = r.sub("helm")
     if h is None:
         return None
+    repository = h.setting(HelmSettings, "repository", "").rstrip("/")
+    chart = h.get("chart", str, required=True)
+    if repository and not _CHART_NAME.match(chart):
+        raise h.error("chart", f"must be a chart's name in the repository, got {chart!r}")
+    version = h.setting(HelmSettings, "version", "")
+    if version and not repository:
+        raise h.error("version", "needs repository (a chart in Git renders as its commit has it)")
+    values = h.get("values", dict)
     settings = HelmSettings(
-        chart=_repo_relative(h, "chart", h.get("chart", str, required=True)),
+        chart=chart if repository else _repo_relative(h, "chart", chart),
         release_name=h.get("release_name", str, release_name),
         namespace=h.get("namespace", str, ""),
         values_files=tuple(_repo_relative(h, "values_files", v) for v in h.string_list("values_files") or ()),
+        repository=repository,
+        version=version.strip(),
+        values=json.dumps(values, sort_keys=True, default=str) if values else "",
     )
     h.finish()
     return settings

@@ -21,6 +21,7 @@ from agent.config import notify
 from agent.config.agent_settings import agent_settings
 from agent.config.app_entries import apps
 from agent.config.apps import check_apps
+from agent.config.chart_repositories import helm_repositories
 from agent.config.clusters import clusters
 from agent.config.conflict_rules import conflict_rules
 from agent.config.health_checks import health_checks
@@ -84,6 +85,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
     receiver = notify.receiver(top, agent.listen)
     hooks = notify.receivers(top, named_sources, receiver)
     change_windows = windows(top.get("windows", list) or [], "windows", file)
+    chart_repos = helm_repositories(top.get("helm_repositories", list) or [], "helm_repositories", file)
     # Before the apps are checked together: `[[app]]` is a typo, not a cluster serving no app.
     top.finish()
     check_apps(placed, entries, file=file)
@@ -102,6 +104,7 @@ def parse_config(data: dict[str, Any], *, file: str = "", base_dir: Path | None 
         receivers=hooks,
         windows=change_windows,
         ignore=ignore,
+        helm_repositories=chart_repos,
     )
 
 

@@ -37,6 +37,8 @@ from agent.config.constraints import (
 )
 from agent.config.constraints import choices as choices
 from agent.config.health_checks import HealthCheck, Wait
+from agent.config.helm_types import HelmRepository as HelmRepository
+from agent.config.helm_types import HelmSettings as HelmSettings
 from agent.config.ignore_rules import IgnoreRule
 from agent.config.notify_types import ALERT_DEFAULTS as ALERT_DEFAULTS
 from agent.config.notify_types import RECEIVER_DEFAULTS as RECEIVER_DEFAULTS
@@ -250,14 +252,6 @@ class SourceConfig:
 
 
 @dataclass(frozen=True)
-class HelmSettings:
-    chart: str = ""
-    release_name: str = ""
-    namespace: str = ""
-    values_files: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Decryption:
     """Where an app's age identities come from, for SOPS-encrypted manifests (docs/secrets.md).
 
@@ -353,6 +347,11 @@ class ClusterConfig:
     in_cluster: bool = False
     vars: dict[str, str] = field(default_factory=dict)
     helm: HelmSettings | None = None
+
+    @property
+    def has_app(self) -> bool:
+        """The entry is an app of its own: `path`/`paths`, or a chart from a repository."""
+        return bool(self.paths or (self.helm and self.helm.repository))
 
 
 @dataclass(frozen=True)
@@ -532,6 +531,8 @@ class Config:
     windows: tuple[ChangeWindow, ...] = ()
     #: The global `[[ignore]]`: every app's that sets none of its own.
     ignore: tuple[IgnoreRule, ...] = ()
+    #: `[[helm_repositories]]`: credentials and trust for chart repositories, by URL prefix.
+    helm_repositories: tuple[HelmRepository, ...] = ()
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:

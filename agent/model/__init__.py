@@ -30,6 +30,7 @@ from agent.model.changes import (
 )
 from agent.model.desired import (
     Capabilities,
+    ChartPin,
     DecryptFault,
     DesiredObject,
     DesiredSet,
@@ -160,6 +161,7 @@ __all__ = [
     "Blocker",
     "Capabilities",
     "Change",
+    "ChartPin",
     "ClusterResult",
     "DecryptFault",
     "DesiredObject",

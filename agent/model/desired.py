@@ -119,6 +119,30 @@ class DesiredSet:
 
 
 @dataclass(frozen=True)
+class ChartPin:
+    """A chart fetched from a repository for a constraint: what the apps asking for
+    (``repository``, ``chart``, ``constraint``) render, unpacked at ``directory``."""
+
+    repository: str
+    chart: str
+    constraint: str
+    version: str
+    #: The archive's sha256 (hex), as the index gives it and as downloaded.
+    digest: str
+    directory: Path
+    #: Why this poll's fetch failed (the fields above: the last good chart, or empty): the apps
+    #: asking for it fail closed with reason ``chart``.
+    error: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.repository, self.chart, self.constraint)
+
+    def __str__(self) -> str:
+        return f"{self.chart}@{self.version} (sha256:{self.digest[:12]})"
+
+
+@dataclass(frozen=True)
 class Revision:
     """A commit the source resolved and checked out; ``tree`` is read-only for later stages."""
 
@@ -128,7 +152,21 @@ class Revision:
     author: str = ""
     date: datetime | None = None
     subject: str = ""
+    #: The charts the apps on this source fetch from repositories, as the poll resolved them: a
+    #: newly published version is a new revision of those apps, at the same commit.
+    charts: tuple[ChartPin, ...] = ()
 
     @property
     def short(self) -> str:
         return self.sha[:12]
+
+    def chart(self, repository: str, chart: str, constraint: str) -> ChartPin | None:
+        """The pin for this (repository, chart, constraint), if the poll resolved one."""
+        return next((p for p in self.charts if p.key == (repository, chart, constraint)), None)
+
+    def of_app(self, repository: str = "", chart: str = "", constraint: str = "") -> str:
+        """What an app renders at this revision, as one string: the commit, and for an app
+        whose chart comes from a repository its ``chart@version (digest)`` (the due check and
+        the status compare these)."""
+        pin = self.chart(repository, chart, constraint) if repository else None
+        return f"{self.sha} {pin}" if pin is not None else self.sha

@@ -45,6 +45,8 @@ class FailureReason(enum.StrEnum):
     RENDER = "render"
     #: The app's source has delivered no revision (never polled, or every poll failed).
     SOURCE = "source"
+    #: The app's chart could not be fetched from its repository (``errors.ChartProblem`` says why).
+    CHART = "chart"
     #: This replica may not write there (Lease lost, pass abandoned, shutting down).
     FENCED = "fenced"
     #: The pass would not touch the cluster: see ``Refusal``.

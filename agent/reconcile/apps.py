@@ -35,7 +35,7 @@ def cluster_apps(config: Config, cluster: ClusterConfig) -> tuple[AppConfig, ...
         return apps
     return (
         (implicit_app(cluster, config.conflict_rules, config.health_checks, config.ignore),)
-        if cluster.paths
+        if cluster.has_app
         else ()
     )
 

@@ -54,6 +54,7 @@ from agent.plan.planner import expected_object, request_body, whole_body
 from agent.reconcile import namespaces, pins
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
 from agent.reconcile.apps import Assignment, Declared, assign, dependency_order
+from agent.reconcile.charts import chart_key, chart_refusal
 from agent.reconcile.live import GroupKind, LiveState
 from agent.reconcile.stages import ClusterStages
 from agent.reconcile.verdicts import NoopMemo, Verdict
@@ -206,6 +207,11 @@ class ClusterPipeline(ClusterStages):
             message = f"source {run.app.source!r} has delivered no revision yet; nothing applied or pruned"
             run.end_failed(Failure(FailureReason.SOURCE, message))
             return
+        if (refused := chart_refusal(run.app, run.revision)) is not None:
+            run.result.chart = refused[1]
+            run.end_failed(Failure(FailureReason.CHART, refused[0]))
+            log.error("chart not fetched", cluster=self.cluster.name, app=run.name, error=refused[0])
+            return
         try:
             run.desired_set = self.render_app(run.app, run.revision)
         except RenderError as e:
@@ -218,7 +224,9 @@ class ClusterPipeline(ClusterStages):
                     error=str(e),
                 )
             return
-        if run.app.helm is not None and run.app.helm.chart:
+        if run.app.helm is not None and run.app.helm.repository:
+            run.result.chart = str(run.revision.chart(*chart_key(run.app.helm)))
+        elif run.app.helm is not None and run.app.helm.chart:
             run.result.chart = chart_version(run.revision.tree, run.app.helm.chart)
         run.reach(Phase.RENDERED)
 

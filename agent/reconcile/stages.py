@@ -265,7 +265,11 @@ class ClusterStages:
         return self.render_at(revision, self.spec_for())
 
     def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
-        return self.render_at(revision, self.spec_for(app))
+        spec = self.spec_for(app)
+        if app.helm is not None and app.helm.repository:  # the chart the source's poll fetched
+            pin = revision.chart(app.helm.repository, app.helm.chart, app.helm.version)
+            spec = replace(spec, chart_dir=pin.directory if pin is not None and pin.version else None)
+        return self.render_at(revision, spec)
 
     def render_at(self, revision: Revision, spec: RenderSpec) -> DesiredSet:
         """Render ``revision``'s checkout, held while it is read (``checkout.reading``)."""

@@ -96,6 +96,8 @@ class RenderSpec:
     #: version and discovery); ``kube_version`` alone without a cluster (``agent.plan.release``).
     capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
     kube_version: str = ""
+    #: A chart fetched from a repository (``source.charts``), outside the checkout; values files from it.
+    chart_dir: Path | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class _Render:
         return full.resolve()
 
     def run(self) -> None:
-        if not self.spec.paths:
+        if not self.spec.paths and self.spec.chart_dir is None:
             self.problems.append(RenderProblem("", "no paths to render"))
         rules = parse_ignore("\n".join(self.spec.exclude), "")
         for given in self.spec.paths:
@@ -160,7 +162,9 @@ class _Render:
             elif not self.unit(full):
                 self.walk(full, list(rules))
         helm = self.spec.helm
-        if helm is not None and helm.chart:
+        if self.spec.chart_dir is not None:
+            self.helm(self.spec.chart_dir, fetched=True)
+        elif helm is not None and helm.chart:
             chart = self.path(helm.chart, "helm chart")
             if chart is not None and chart not in self.units:
                 self.unit(chart, explicit=True)
@@ -291,10 +295,12 @@ class _Render:
             docs = self.sops.output_docs(docs, origin, graph.roots())
         self.add(docs, problems, origin)
 
-    def helm(self, chart: Path) -> None:
-        rel = self.rel(chart)
+    def helm(self, chart: Path, *, fetched: bool = False) -> None:
+        """``helm template`` of ``chart`` in the checkout, or (``fetched``) of a repository's."""
         settings = self.spec.helm
-        configured = settings is not None and settings.chart.strip("/") in (rel, f"{rel}/")
+        root = chart.parent if fetched else self.tree
+        rel = f"{settings.repository}/{settings.chart}" if fetched and settings else self.rel(chart)
+        configured = settings is not None and (fetched or settings.chart.strip("/") in (rel, f"{rel}/"))
         release = (settings.release_name if settings and configured else "") or self.spec.cluster
         self.used_cluster_name |= release == self.spec.cluster
         namespace = settings.namespace if settings and configured else ""
@@ -306,7 +312,8 @@ class _Render:
             elif full is not None:
                 values.append(full)
         limits = {"max_total": self.spec.max_output_bytes, "max_file": self.spec.max_file_bytes}
-        problems = check_chart(chart, self.tree) + input_problems([chart, *values], self.rel, **limits)
+        shown = (lambda p: f"{rel}/{p.relative_to(chart).as_posix()}") if fetched else self.rel
+        problems = check_chart(chart, root) + input_problems([chart, *values], shown, **limits)
         if problems or len(values) != len(settings.values_files if settings and configured else ()):
             self.problems.extend(problems)
             return
@@ -320,10 +327,11 @@ class _Render:
         out = helm_template(
             binary,
             chart,
-            self.tree,
+            root,
             release=release,
             namespace=namespace,
             values=values,
+            values_json=settings.values if settings and configured else "",
             kube_version=caps.kube_version if caps else "",
             api_versions=caps.api_versions if caps else (),
             timeout=self.spec.timeout,
@@ -340,7 +348,7 @@ class _Render:
             provenance_lines=False,
         )
         docs, problems = parse_yaml(out.text, origin, None)
-        if not problems:
+        if not problems and root == self.tree:  # a fetched chart holds no file of the app's keys
             docs = self.sops.output_docs(docs, origin, [chart])
         self.add(docs, problems, origin)
 
@@ -460,6 +468,7 @@ class RenderCache:
             None if spec.vars is None else tuple(sorted(spec.vars.items())),
             spec.exclude,
             spec.helm,
+            spec.chart_dir,
             spec.max_file_bytes,
             spec.max_output_bytes,
             spec.memory,

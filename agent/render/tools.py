@@ -365,9 +365,10 @@ def check_symlinks(directory: Path, tree: Path, rel: str) -> list[RenderProblem]
 # Helm
 
 
-def _load_chart_file(text: str) -> Any:
-    """A chart's Chart.yaml or requirements.yaml: through libyaml where it can (the pure-Python
-    loader took a fifth of a small chart's render), else the bounded loader, which says what is wrong."""
+def load_chart_yaml(text: str) -> Any:
+    """A chart's Chart.yaml or requirements.yaml, or a chart repository's index.yaml (handed to
+    ``source.charts`` by its caller): through libyaml where it can (the pure-Python loader took a
+    fifth of a small chart's render), else the bounded loader, which says what is wrong."""
     docs = fastyaml.load(text, None, max_nodes=MAX_EXPANDED_NODES, max_depth=MAX_PARSE_DEPTH)
     if docs is not None and len(docs) == 1:
         return docs[0][0]
@@ -380,7 +381,7 @@ def check_chart(chart: Path, tree: Path) -> list[RenderProblem]:
     problems = check_symlinks(chart, tree, rel)
     chart_file = chart / "Chart.yaml"
     try:
-        meta: Any = _load_chart_file(chart_file.read_text("utf-8"))
+        meta: Any = load_chart_yaml(chart_file.read_text("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         mark = getattr(e, "problem_mark", None)
         return [
@@ -395,7 +396,7 @@ def check_chart(chart: Path, tree: Path) -> list[RenderProblem]:
     req = chart / "requirements.yaml"
     if req.is_file():  # apiVersion v1 charts
         with contextlib.suppress(yaml.YAMLError, UnicodeDecodeError, OSError, AttributeError):
-            requirements = _load_chart_file(req.read_text("utf-8")) or {}
+            requirements = load_chart_yaml(req.read_text("utf-8")) or {}
             deps = (deps or []) + requirements.get("dependencies", [])
     for dep in deps or []:
         if not isinstance(dep, dict) or not isinstance(dep.get("name"), str):
@@ -435,11 +436,13 @@ def helm_template(
     runner: Runner,
     kube_version: str = "",
     api_versions: Sequence[str] = (),
+    values_json: str = "",
 ) -> ToolOutput:
     """``helm template`` of a chart directory with the given values files, offline.
 
     ``kube_version`` and ``api_versions`` are the cluster's (``.Capabilities``): without them
-    Helm assumes its own built-in version and API list, not the cluster's.
+    Helm assumes its own built-in version and API list, not the cluster's. ``values_json``: the
+    app's `[helm.values]` table, given after the files (JSON is YAML).
     """
     rel = chart.relative_to(tree).as_posix()
     argv = [str(helm), "template", release, str(chart), "--include-crds", "--skip-tests"]
@@ -452,6 +455,9 @@ def helm_template(
     for v in values:
         argv += ["--values", str(v)]
     with tempfile.TemporaryDirectory(prefix="gitops-agent-helm-") as home:
+        if values_json:
+            (Path(home) / "values.json").write_text(values_json)
+            argv += ["--values", str(Path(home) / "values.json")]
         res, problems = _run(
             f"helm template {rel}",
             f"{rel}/Chart.yaml",

@@ -34,6 +34,7 @@ from agent.kube.client import KubeClient
 from agent.model import AppHealth, ClusterResult, Failure, FailureReason, Outcome, PassState, Revision
 from agent.notify.notifier import PassObserver
 from agent.reconcile.apps import Revisions, cluster_apps, combined, revisions_of
+from agent.reconcile.charts import of_app
 from agent.reconcile.identity import IdentityBook
 from agent.reconcile.reconciler import ClusterReconciler
 from agent.render.renderer import RenderCache
@@ -456,6 +457,9 @@ class Fleet:
             rev = revisions.get(app.source)
             # A pass that waited leaves ``last_revision`` alone (it was no pass of the app).
             waited = st.last_result if st.state is PassState.WAITING else None
+            seen = waited.revision if waited else st.last_revision
+            if app.helm is not None and app.helm.repository and (last := waited or st.last_result):
+                seen = f"{seen} {last.chart}" if last.chart else seen  # as ``of_app`` spells it
             clocks.append(
                 AppClock(
                     app.name,
@@ -463,8 +467,8 @@ class Fleet:
                     last_run=st.last_run,
                     last_end=st.last_end,
                     failures=st.failures,
-                    seen=waited.revision if waited else st.last_revision,
-                    current=rev.sha if rev is not None else None,
+                    seen=seen,
+                    current=of_app(rev, app) if rev is not None else None,
                     waiting_on=tuple(waited.waiting_on) if waited else (),
                     woken=app.name in woken,
                 )

@@ -38,8 +38,12 @@ class SourcePoller:
         *,
         on_moved: Callable[[set[str]], None],
         stopping: Callable[[], bool],
+        attach: Callable[[str, Revision], Revision] | None = None,
     ) -> None:
         self.sources = sources
+        #: Pins the repository charts of a source's apps on its new revision (``ChartPolls.attach``):
+        #: a newly published chart version moves the source as a new commit would.
+        self.attach = attach
         self.metrics = metrics
         self._on_moved = on_moved
         self._stopping = stopping
@@ -131,6 +135,10 @@ class SourcePoller:
         sources = self.sources
         t0 = time.monotonic()
         result = sources.poll(None if name is None else [name])
+        attach = self.attach
+        charted = {
+            o.name: attach(o.name, o.revision) for o in result.outcomes if o.revision is not None and attach
+        }
         elapsed = time.monotonic() - t0
         moved: set[str] = set()
         with self._lock:
@@ -150,9 +158,9 @@ class SourcePoller:
                     continue
                 self.metrics.fetch_success.labels(o.name).set(time.time())
                 self.errors.pop(o.name, None)
-                previous = self.revisions.get(o.name)
-                if previous is None or previous.sha != o.revision.sha:
-                    self.revisions[o.name] = o.revision
+                previous, revision = self.revisions.get(o.name), charted.get(o.name, o.revision)
+                if previous is None or (previous.sha, previous.charts) != (revision.sha, revision.charts):
+                    self.revisions[o.name] = revision
                     moved.add(o.name)
                     log.info(
                         "new revision", source=o.name, revision=o.revision.short, subject=o.revision.subject

@@ -48,6 +48,7 @@ from agent.notify import store as notify_store
 from agent.notify.delivery import NotifyMetrics
 from agent.notify.notifier import Notifier
 from agent.reconcile.apps import cluster_apps
+from agent.reconcile.charts import ChartPolls
 from agent.run import snapshot
 from agent.run.coalesce import JobState, Request
 from agent.run.daemon_options import DaemonOptions
@@ -114,6 +115,8 @@ class Daemon:
         self.poller = SourcePoller(
             sources, self.metrics, on_moved=self._revisions_moved, stopping=lambda: self.stopping
         )
+        self.charts = ChartPolls(config)
+        self.poller.attach = self.charts.attach
         settings = self.opts.leases or lease_settings(config)
         self.leases = self._lease_manager(settings)
         self.notifier = self._notifier(settings) if config.notifications else None
@@ -502,6 +505,7 @@ class Daemon:
         sources_changed = SourceSet.wanted(new) != SourceSet.wanted(old)
         added, removed, changed = self.fleet.update(new)
         self.config = new
+        self.charts.configure(new)
         if sources_changed:
             # After the config: a new source's first poll triggers the clusters of its apps.
             self._replace_sources(self.source_factory(new))

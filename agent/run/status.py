@@ -99,6 +99,8 @@ class AppStatus:
             "app": self.app,
             "state": self.state,
             "revision": r.revision if r else "",
+            # A repository chart's ``chart@version (sha256:…)`` (else its Chart.yaml version).
+            "chart": r.chart if r else "",
             "result": ("ok" if r.ok else "failed") if r else "pending",
             "error": r.error if r else None,
             "prune_refused": r.prune_refused if r else None,

@@ -363,6 +363,7 @@ from agent.cli.completion import completion  # noqa: E402 (registered after `mai
 from agent.cli.diff import diff  # noqa: E402
 from agent.cli.events import events  # noqa: E402
 from agent.cli.history import history, rollback  # noqa: E402
+from agent.cli.importer import import_command  # noqa: E402
 from agent.cli.ops import resume, status, suspend, sync  # noqa: E402
 from agent.cli.takeover import takeover  # noqa: E402
 from agent.cli.tree import tree  # noqa: E402
@@ -381,6 +382,7 @@ for _command in (
     events,
     tree,
     wait,
+    import_command,
 ):
     main.add_command(_command)
 

@@ -1,0 +1,159 @@
+"""A Flux ``HelmRelease`` as an ``[[apps]]`` entry with ``[apps.helm]``: the chart from its
+``HelmRepository`` (``repository``), its ``GitRepository`` (a chart directory) or an
+``OCIRepository`` (``chartRef``), its values, namespace, release name and dependencies.
+
+Called by ``flux``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from agent.imports.common import depends, other_fields, table
+from agent.imports.model import App, Helm, HelmRepository, Note, duration, repo_path
+from agent.imports.reading import Found
+
+_KNOWN = (
+    "chart", "chartRef", "values", "valuesFrom", "targetNamespace", "releaseName", "install", "dependsOn",
+    "interval", "suspend", "serviceAccountName", "driftDetection",
+)  # fmt: skip
+_NO_PEER = "the agent has no equivalent"
+
+
+class _Unit(Protocol):
+    """What a release needs of the Kustomization that applies it."""
+
+    obj: Found
+    source: str
+    path: str
+    reach: Any
+
+
+def release_app(
+    r: Found,
+    cluster: str,
+    names: dict[tuple[str, str, str], str],
+    repos: dict[str, HelmRepository],
+    *,
+    parents: Sequence[_Unit],
+    source: Callable[[str], str],
+) -> App:
+    """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it."""
+    spec, what = r.spec, r.label()
+    notes = other_fields(spec, _KNOWN, what, _NO_PEER)
+    helm, app_source, paths = _chart(r, repos, source, notes)
+    namespace = str(spec.get("targetNamespace") or r.namespace or "default")
+    release = str(
+        spec.get("releaseName")
+        or (f"{spec['targetNamespace']}-{r.name}" if spec.get("targetNamespace") else r.name)
+    )
+    values = table(spec, "values")
+    for ref in spec.get("valuesFrom") or ():
+        if isinstance(ref, dict):
+            notes.append(
+                Note(
+                    f"{what} spec.valuesFrom {ref.get('kind')} {ref.get('name')}"
+                    + (f" key {ref['valuesKey']}" if ref.get("valuesKey") else ""),
+                    "values come from Git, not from the cluster: copy them into a values file in the "
+                    "repository (values_files) or [apps.helm.values] (a Secret's: a SOPS-encrypted file)",
+                )
+            )
+    settings: dict[str, Any] = {}
+    if (interval := duration(spec.get("interval"))) is not None:
+        settings["reconcile_interval"] = interval
+    install = table(spec, "install")
+    if install.get("createNamespace"):
+        settings["create_namespace"] = True
+    notes += [Note(f"{what} spec.install.{k}", _NO_PEER) for k in install if k != "createNamespace"]
+    drift = table(spec, "driftDetection")
+    if drift.get("mode") == "warn":
+        settings["drift"] = "report"
+    if drift.get("mode") in (None, "disabled"):
+        notes.append(
+            Note(
+                f"{what} drift detection (off in Flux by default)",
+                'the agent corrects drift every pass: drift = "report" only reports it',
+            )
+        )
+    if drift.get("ignore"):
+        notes.append(Note(f"{what} spec.driftDetection.ignore", "write those paths as [[apps.ignore]] rules"))
+    if sa := spec.get("serviceAccountName"):
+        settings["service_account"] = f"{r.namespace or 'flux-system'}/{sa}"
+    patched = sorted({p for u in parents for p in u.reach.patched_by})
+    if patched:
+        notes.append(
+            Note(
+                f"{what}: patches of {', '.join(patched)}",
+                "the import reads files and builds no kustomization: values patched there are not in "
+                "[apps.helm.values], copy them in",
+            )
+        )
+    deps = [
+        names[("Kustomization", u.obj.name, cluster)]
+        for u in parents
+        if ("Kustomization", u.obj.name, cluster) in names
+    ]
+    return App(
+        name=names[("HelmRelease", r.name, cluster)],
+        cluster=cluster,
+        source=app_source or (parents[0].source if parents else source("flux-system")),
+        origin=f"{what} ({r.file})",
+        paths=paths,
+        settings=settings,
+        depends_on=tuple(
+            dict.fromkeys(
+                [*deps, *depends(spec.get("dependsOn"), "HelmRelease", cluster, names, what, notes)]
+            )
+        ),
+        suspend=bool(spec.get("suspend")),
+        helm=Helm(
+            chart=helm.chart,
+            repository=helm.repository,
+            version=helm.version,
+            release_name=release,
+            namespace=namespace,
+            values_files=helm.values_files,
+            values=values,
+        ),
+        notes=tuple(notes),
+    )
+
+
+def _chart(
+    r: Found, repos: dict[str, HelmRepository], source: Callable[[str], str], notes: list[Note]
+) -> tuple[Helm, str, tuple[str, ...]]:
+    """(chart, the app's Git source if the chart is in Git, the app's paths)."""
+    what = r.label()
+    chart = table(r.spec, "chart")
+    spec = table(chart, "spec")
+    ref = table(spec, "sourceRef")
+    notes += other_fields(spec, ("chart", "version", "sourceRef", "valuesFiles"), f"{what} chart", _NO_PEER)
+    kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
+    if isinstance(chart_ref := r.spec.get("chartRef"), dict):
+        kind, name = str(chart_ref.get("kind", "")), str(chart_ref.get("name", ""))
+    files = tuple(str(f) for f in spec.get("valuesFiles") or ())
+    if kind == "HelmRepository":
+        repo = repos.get(name)
+        if repo is None:
+            notes.append(
+                Note(f"{what} chart sourceRef HelmRepository {name}", "it is not in PATH: set repository")
+            )
+        if files:
+            notes.append(
+                Note(
+                    f"{what} chart valuesFiles", "they are files inside the chart; values_files come from Git"
+                )
+            )
+        url = repo.url if repo else "https://charts.invalid"
+        return (
+            Helm(chart=str(spec.get("chart", "")), repository=url, version=str(spec.get("version", ""))),
+            "",
+            (),
+        )
+    if kind == "GitRepository":
+        path = repo_path(spec.get("chart"))
+        return Helm(chart=path, values_files=tuple(repo_path(f) for f in files)), source(name), (path,)
+    why = f"{kind or 'its'} chart source is not supported: set [apps.helm] repository and chart"
+    notes.append(Note(f"{what} chart sourceRef {kind} {name}", why))
+    return Helm(chart=str(spec.get("chart", "")), repository="https://charts.invalid"), "", ()

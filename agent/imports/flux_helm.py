@@ -117,7 +117,20 @@ def release_app(
             values=values,
         ),
         notes=tuple(notes),
+        unsupported=f"its chart's source is a {helm_kind(r)}, which the agent cannot fetch yet"
+        if helm.repository == UNSUPPORTED
+        else "",
     )
+
+
+def helm_kind(r: Found) -> str:
+    """The kind of a release's chart source (``chartRef`` or ``chart.spec.sourceRef``)."""
+    ref = r.spec.get("chartRef") or table(table(r.spec, "chart"), "spec").get("sourceRef") or {}
+    return str(ref.get("kind", "")) if isinstance(ref, dict) else ""
+
+
+#: The repository of a release whose chart source cannot be expressed (its app is commented out).
+UNSUPPORTED = "unsupported:"
 
 
 def _chart(
@@ -156,4 +169,4 @@ def _chart(
         return Helm(chart=path, values_files=tuple(repo_path(f) for f in files)), source(name), (path,)
     why = f"{kind or 'its'} chart source is not supported: set [apps.helm] repository and chart"
     notes.append(Note(f"{what} chart sourceRef {kind} {name}", why))
-    return Helm(chart=str(spec.get("chart", "")), repository="https://charts.invalid"), "", ()
+    return Helm(chart=str(spec.get("chart", "")), repository=UNSUPPORTED), "", ()

@@ -110,6 +110,9 @@ class App:
     helm: Helm | None = None
     ignore: tuple[Ignore, ...] = ()
     notes: tuple[Note, ...] = ()
+    #: Why the app cannot be expressed yet (its chart's source): written commented out, so the
+    #: rest of the config loads and the entry is there to finish by hand.
+    unsupported: str = ""
 
 
 @dataclass(frozen=True)

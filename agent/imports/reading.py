@@ -96,14 +96,43 @@ def documents(root: Path, path: Path, warnings: list[str]) -> list[Document]:
 
 
 def read_tree(root: Path) -> Tree:
-    """Every object (a mapping with ``apiVersion`` and ``kind``) in the YAML files under ``root``."""
+    """Every object (a mapping with ``apiVersion`` and ``kind``) in the YAML files under ``root``;
+    a file a kustomization names as a patch is a patch, never an object of its own."""
     tree = Tree(root)
-    for path in yaml_files(root):
+    files = list(yaml_files(root))
+    patches = _patch_files(root, [p for p in files if p.name in _KUSTOMIZATIONS], tree.warnings)
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        if rel in patches:
+            tree.warnings.append(f"{rel}: a kustomize patch ({patches[rel]}), not read as objects")
+            continue
         for doc in documents(root, path, tree.warnings):
             value = doc.value
             if isinstance(value, dict) and isinstance(value.get("kind"), str) and "apiVersion" in value:
                 tree.objects.append(Found(path.relative_to(root).as_posix(), doc.line, value))
     return tree
+
+
+def _patch_files(root: Path, kustomizations: list[Path], warnings: list[str]) -> dict[str, str]:
+    """PATH-relative patch file → the kustomization naming it (``patches[].path``,
+    ``patchesStrategicMerge``, ``patchesJson6902[].path``)."""
+    out: dict[str, str] = {}
+    for kfile in kustomizations:
+        docs = documents(root, kfile, warnings)
+        k = docs[0].value if docs and isinstance(docs[0].value, dict) else {}
+        named = [
+            e.get("path")
+            for key in ("patches", "patchesJson6902")
+            for e in k.get(key) or ()
+            if isinstance(e, dict)
+        ]
+        named += [e for e in k.get("patchesStrategicMerge") or () if isinstance(e, str) and "\n" not in e]
+        for entry in named:
+            if isinstance(entry, str) and entry:
+                target = (kfile.parent / entry).resolve()
+                if target.is_relative_to(root.resolve()):
+                    out[target.relative_to(root.resolve()).as_posix()] = kfile.relative_to(root).as_posix()
+    return out
 
 
 @dataclass

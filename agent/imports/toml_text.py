@@ -28,7 +28,11 @@ def toml_text(imported: Imported, *, path: str) -> str:
     for s in imported.sources:
         lines += ["", "[[sources]]", *_pairs(_source_keys(s.__dict__)), *_comments(s.notes)]
     for r in imported.helm_repositories:
-        lines += ["", "[[helm_repositories]]", _pair("url", r.url), *_comments(r.notes)]
+        entry = ["[[helm_repositories]]", _pair("url", r.url)]
+        if r.url.startswith("oci://"):  # written for when OCI registries are served; loads today
+            entry = ["# not carried over: an OCI registry, which the agent cannot fetch charts from yet"]
+            entry += [f"# {line}" for line in ("[[helm_repositories]]", _pair("url", r.url))]
+        lines += ["", *entry, *_comments(r.notes)]
     for c in imported.clusters:
         lines += ["", "[[clusters]]", _pair("name", c.name), _pair("kubeconfig", c.kubeconfig)]
         if c.kubeconfig == KUBECONFIG_PLACEHOLDER.format(name=c.name):
@@ -37,10 +41,23 @@ def toml_text(imported: Imported, *, path: str) -> str:
             )
         lines += _comments(c.notes)
     for a in imported.apps:
-        lines += ["", *_app(a)]
+        if why := _unsupported(a):
+            lines += ["", f"# not carried over: app {a.name!r} is written commented out because {why}"]
+            lines += [f"# {line}" if line and not line.startswith("#") else line for line in _app(a)]
+        else:
+            lines += ["", *_app(a)]
     if imported.notes:
         lines += ["", "# Objects not carried over:", *_comments(imported.notes)]
     return "\n".join(lines) + "\n"
+
+
+def _unsupported(a: App) -> str:
+    """Why an app cannot load with this agent yet (its chart's source), or ""."""
+    if a.unsupported:
+        return a.unsupported
+    if a.helm is not None and a.helm.repository.startswith("oci://"):
+        return f"its chart is in an OCI registry ({a.helm.repository}), which the agent cannot fetch yet"
+    return ""
 
 
 def _source_keys(s: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +159,32 @@ def delete(name: str, state_dir: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
-def freeze(name: str, state_dir: Path) -> None:
-    """SIGSTOP the apiserver and etcd: connections hang as with a cluster that stopped answering."""
-    signal_components(Paths.of(name, state_dir), (APISERVER, ETCD), signal.SIGSTOP)
+def freeze(name: str, state_dir: Path, *, timeout: float = 10.0) -> None:
+    """SIGSTOP the apiserver and etcd: connections hang as with a cluster that stopped answering.
+
+    Returns once the kernel shows them stopped: a signal is delivered to every thread of a process
+    in its own time, and a busy machine took longer than the caller's next look (``status``)."""
+    paths = Paths.of(name, state_dir)
+    signal_components(paths, (APISERVER, ETCD), signal.SIGSTOP)
+    _until(lambda: is_frozen(paths), timeout, f"local cluster {name!r} did not stop within {timeout:g}s")
 
 
-def thaw(name: str, state_dir: Path) -> None:
-    """Undo ``freeze``."""
-    signal_components(Paths.of(name, state_dir), (ETCD, APISERVER), signal.SIGCONT)
+def thaw(name: str, state_dir: Path, *, timeout: float = 10.0) -> None:
+    """Undo ``freeze``; returns once the kernel shows them running again."""
+    paths = Paths.of(name, state_dir)
+    signal_components(paths, (ETCD, APISERVER), signal.SIGCONT)
+    _until(
+        lambda: not is_frozen(paths), timeout, f"local cluster {name!r} did not resume within {timeout:g}s"
+    )
+
+
+def _until(done: Callable[[], bool], timeout: float, why: str) -> None:
+    """Poll the process table (no event tells a stop) until ``done``, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise LocalClusterError(why)
+        time.sleep(0.005)
 
 
 def status(name: str, state_dir: Path) -> ClusterStatus:

@@ -13,7 +13,6 @@ named on standard error), 2 bad input or configuration.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -26,22 +25,13 @@ from agent.ui.timeline import Entry, stamp, timeline
 
 
 def records_of(cfg: Config, cluster: str, apps: tuple[AppConfig, ...]) -> dict[str, AppRecord | None]:
-    """Each app's record where the running agent keeps it (as ``snapshot.status_page`` chooses).
+    """Each app's record where the running agent keeps it (``record_store.opened``).
 
     Raises ``AgentError`` (the management cluster) or ``ConfigError`` (its settings)."""
     from agent.run import record_store
-    from agent.run.lease_settings import lease_settings, management_client
 
-    settings = lease_settings(cfg)
-    if not settings.enabled:
-        files = record_store.FileStore(Path(cfg.agent.cache_dir).expanduser() / "status")
-        return {a.name: files.load(cluster, a.name) for a in apps}
-    client = management_client(settings)
-    try:
-        store = record_store.ConfigMapStore(client, namespace=settings.namespace, agent=cfg.agent.name)
+    with record_store.opened(cfg) as store:
         return {a.name: store.load(cluster, a.name) for a in apps}
-    finally:
-        client.close()
 
 
 def events_of(cfg: Config, cluster: str, apps: tuple[AppConfig, ...]) -> dict[str, list[dict[str, object]]]:

@@ -42,10 +42,10 @@ def _usage(message: str) -> NoReturn:
 
 def _records(cfg: Config, cluster: str, app: str) -> Any:
     """The app's status record (``ui.records.AppRecord``), or None when none was kept."""
-    from agent.run.lease_settings import lease_settings
-    from agent.run.snapshot import records_of
+    from agent.run import record_store
 
-    return records_of(cfg, lease_settings(cfg)).load(cluster, app)
+    with record_store.opened(cfg) as store:
+        return store.load(cluster, app)
 
 
 # -- history ------------------------------------------------------------------------

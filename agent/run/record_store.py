@@ -18,14 +18,17 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import structlog
 
+from agent.config.types import Config
 from agent.errors import AgentError, ApiError
 from agent.kube.client import KubeClient
 from agent.model import AGENT_LABEL, RECORD_LABEL
+from agent.run.lease_settings import LeaseSettings, lease_settings, management_client
 from agent.ui.records import AppRecord, record_id
 
 log = structlog.get_logger("gitops_agent.status_page")
@@ -161,3 +164,24 @@ def save_quietly(store: RecordStore, record: AppRecord, text: str) -> bool:
     except (AgentError, OSError) as e:
         log.warning("status record not saved", cluster=record.cluster, app=record.app, error=str(e))
         return False
+
+
+def records_of(config: Config, settings: LeaseSettings) -> RecordStore:
+    """Where the status page's records live: the management cluster with Leases, else
+    ``<cache_dir>/status/`` (the page, and the commands reading them)."""
+    a = config.agent
+    if settings.enabled:
+        return ConfigMapStore(management_client(settings), namespace=settings.namespace, agent=a.name)
+    return FileStore(Path(a.cache_dir).expanduser() / "status")
+
+
+@contextlib.contextmanager
+def opened(config: Config) -> Iterator[RecordStore]:
+    """``records_of`` for one command (``history``, ``rollback``, ``events``): the management
+    cluster's client is closed when it is done. Raises ``AgentError`` or ``ConfigError``."""
+    store = records_of(config, lease_settings(config))
+    try:
+        yield store
+    finally:
+        if isinstance(store, ConfigMapStore):
+            store.client.close()

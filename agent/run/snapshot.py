@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from agent.config.types import DEFAULT_SOURCE, Config
@@ -20,14 +19,14 @@ from agent.notify.notifier import Notifier
 from agent.plan.windows import is_open
 from agent.run import record_store
 from agent.run.lease import LeaseManager
-from agent.run.lease_settings import LeaseSettings, management_client
+from agent.run.lease_settings import LeaseSettings
 from agent.run.polling import SourcePoller
 from agent.run.receiver import Receiver
 from agent.run.status import ClusterStatus
 from agent.run.statuspage import ClusterSnapshot, Snapshot, StatusPage
 from agent.ui.auth import access
 
-__all__ = ["Agent", "page_snapshot", "records_of", "status_json", "status_page"]
+__all__ = ["Agent", "page_snapshot", "status_json", "status_page"]
 
 
 class Agent(Protocol):
@@ -109,24 +108,13 @@ def page_snapshot(agent: Agent) -> Snapshot:
     )
 
 
-def records_of(config: Config, settings: LeaseSettings) -> record_store.RecordStore:
-    """Where the status page's records live: the management cluster with Leases, else
-    ``<cache_dir>/status/`` (the page, and ``gitops-agent history`` reading them)."""
-    a = config.agent
-    if settings.enabled:
-        return record_store.ConfigMapStore(
-            management_client(settings), namespace=settings.namespace, agent=a.name
-        )
-    return record_store.FileStore(Path(a.cache_dir).expanduser() / "status")
-
-
 def status_page(
     config: Config, settings: LeaseSettings, token: str, snapshot: Callable[[], Snapshot]
 ) -> StatusPage:
     """The status page and where its records live: the management cluster with Leases (every
     replica reads them), else ``<cache_dir>/status/`` (docs/status-page.md)."""
     a = config.agent
-    store = records_of(config, settings)
+    store = record_store.records_of(config, settings)
     page = StatusPage(snapshot, store, access=access(a.listen, token), token=token, shared=settings.enabled)
     page.load()
     return page

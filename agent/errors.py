@@ -79,6 +79,9 @@ class SourceError(AgentError):
 class ChartProblem(enum.StrEnum):
     """Why a chart could not be fetched from its repository (``ChartError.problem``)."""
 
+    #: A dependency of the chart is neither vendored nor fetchable: no repository, an unknown
+    #: repository name, a ``file://`` path leaving the repository, a version its chart does not have.
+    DEPENDENCY = "dependency"
     #: No answer: connection refused or timed out, a name that does not resolve, a 5xx.
     UNREACHABLE = "unreachable"
     #: 401 or 403: credentials missing or refused.

@@ -162,6 +162,7 @@ def render_cmd(
 
     from agent.plan.masking import mask_decrypted
     from agent.plan.release import render_release
+    from agent.reconcile.charts import with_charts
     from agent.reconcile.stages import ClusterStages
     from agent.render.renderer import dump_stream, render, rendered_for
     from agent.source.checkout import reading
@@ -173,14 +174,12 @@ def render_cmd(
     (app,) = select_apps(cfg, cluster_name, app_name, command="render", one=True)
     stages = ClusterStages(cfg, cfg.cluster(cluster_name))
     try:
-        if tree:
-            root, sha = Path(tree).resolve(), ""
-        else:
-            rev = resolve_app(cfg, app, revision)
-            root, sha = rev.tree, rev.sha
+        rev = None if tree else resolve_app(cfg, app, revision)
+        root, sha = (rev.tree, rev.sha) if rev is not None else (Path(tree or ".").resolve(), "")
         # No cluster is asked: charts are rendered for the configured or pinned release.
         release = render_release(cfg.cluster(cluster_name))
         spec = replace(stages.spec_for(app), capabilities=None, kube_version=release.kube_version)
+        spec = with_charts(spec, app, rev) if rev is not None else spec  # as the source's poll pinned them
         with reading(root) if sha else nullcontext(root):
             desired = render(root, spec, revision=sha)
         if rendered_for(desired) is not None:

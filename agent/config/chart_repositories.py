@@ -21,6 +21,7 @@ def helm_repositories(raw: list[Any], path: str, file: str) -> tuple[HelmReposit
         r = TableReader(table, f"{path}[{i}]", file)
         entry = HelmRepository(
             url=r.setting(HelmRepository, "url", required=True).rstrip("/"),
+            name=r.setting(HelmRepository, "name", ""),
             username=r.setting(HelmRepository, "username", ""),
             password_file=r.setting(HelmRepository, "password_file", ""),
             password_env=r.setting(HelmRepository, "password_env", ""),
@@ -35,5 +36,10 @@ def helm_repositories(raw: list[Any], path: str, file: str) -> tuple[HelmReposit
             raise r.error("username", "required with a password")
         if (twin := next((j for j, e in enumerate(found) if e.url == entry.url), None)) is not None:
             raise ConfigError(f"{path}[{i}].url", f"{entry.url!r} is {path}[{twin}] already", file=file)
+        if (
+            entry.name
+            and (twin := next((j for j, e in enumerate(found) if e.name == entry.name), None)) is not None
+        ):
+            raise ConfigError(f"{path}[{i}].name", f"{entry.name!r} is {path}[{twin}] already", file=file)
         found.append(entry)
     return tuple(found)

@@ -26,6 +26,8 @@ ACCEPTS = "accepts"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A chart repository's name, as `helm repo add` takes it.
+REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: An http:// or https:// URL with a host.
 HTTP_URL = re.compile(r"https?://[^\s/?#]+[^\s]*\Z")
 #: host:port, or ":port" (every address).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.config.chart_versions import parse_constraint
-from agent.config.constraints import HTTP_URL, VAR_NAME, Parsed, Pattern, Size, accepts, declare
+from agent.config.constraints import HTTP_URL, REPO_NAME, VAR_NAME, Parsed, Pattern, Size, accepts, declare
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class HelmRepository:
             Pattern(HTTP_URL, "must be an http:// or https:// URL, got {value!r}", optional=False)
         )
     )
+    #: What a chart's ``dependencies`` call this repository (``repository: "@name"`` or
+    #: ``"alias:name"``, as ``helm repo add NAME`` would); "": none.
+    name: str = declare("", Pattern(REPO_NAME, "not a repository name: {value!r}"))
     username: str = ""
     password_file: str = ""
     password_env: str = declare("", Pattern(VAR_NAME, "not an environment variable name: {value!r}"))

@@ -133,13 +133,19 @@ class ChartPin:
     #: Why this poll's fetch failed (the fields above: the last good chart, or empty): the apps
     #: asking for it fail closed with reason ``chart``.
     error: str = ""
+    #: The dependencies fetched into its ``charts/`` (``name@version (sha256:…)``), when it had
+    #: unvendored ones; a pin with ``repository`` "" is a chart in Git built so.
+    dependencies: tuple[str, ...] = ()
+    #: What the fetch stage says about it besides (a stale ``Chart.lock``).
+    notes: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.repository, self.chart, self.constraint)
 
     def __str__(self) -> str:
-        return f"{self.chart}@{self.version} (sha256:{self.digest[:12]})"
+        deps = f" with {', '.join(self.dependencies)}" if self.dependencies else ""
+        return f"{self.chart}@{self.version} (sha256:{self.digest[:12]}){deps}"
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ class Revision:
 
     def of_app(self, repository: str = "", chart: str = "", constraint: str = "") -> str:
         """What an app renders at this revision, as one string: the commit, and for an app
-        whose chart comes from a repository its ``chart@version (digest)`` (the due check and
-        the status compare these)."""
-        pin = self.chart(repository, chart, constraint) if repository else None
+        whose chart comes from a repository (or whose chart in Git has dependencies fetched from
+        one) its ``chart@version (digest)`` (the due check and the status compare these)."""
+        pin = self.chart(repository, chart, constraint) if repository or chart else None
         return f"{self.sha} {pin}" if pin is not None else self.sha

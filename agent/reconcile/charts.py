@@ -3,9 +3,12 @@
 ``ChartPolls.attach`` runs after a source's poll (``run.polling``): the charts of the apps on
 that source are fetched (``source.charts``, with the render's bounded YAML loader for
 ``index.yaml``) and pinned on the source's revision, so a newly published version the
-constraint allows is a new revision of those apps (``Revision.of_app``). ``chart_refusal`` is
-the pass's check before a render: an app whose chart could not be fetched fails closed with
-reason ``chart``, nothing applied or pruned.
+constraint allows is a new revision of those apps (``Revision.of_app``). A chart whose
+``dependencies`` are not all vendored (fetched, or a directory in the app's Git checkout) is
+built with them in the cache (``source.chart_deps``) and pinned too, so a chart in Git pins when
+its dependencies come from repositories. ``chart_refusal`` is the pass's check before a render:
+an app whose chart could not be fetched fails closed with reason ``chart``, nothing applied or
+pruned; ``with_charts`` points a render spec at what was pinned.
 """
 
 from __future__ import annotations
@@ -13,35 +16,58 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import structlog
+
 from agent.config.types import AppConfig, Config, HelmSettings
-from agent.model import Revision
+from agent.errors import ChartError
+from agent.model import ChartPin, Revision
 from agent.reconcile.apps import cluster_apps
+from agent.render.renderer import RenderSpec
 from agent.render.tools import load_chart_yaml
+from agent.source.chart_deps import DependencyBuilder, pin_of
 from agent.source.charts import ChartFetcher
 
-__all__ = ["ChartPolls", "chart_key", "chart_refusal", "of_app"]
+__all__ = ["ChartPolls", "chart_key", "chart_refusal", "of_app", "with_charts"]
+
+log = structlog.get_logger("agent.reconcile.charts")
 
 
 def chart_key(helm: HelmSettings) -> tuple[str, str, str]:
-    return (helm.repository, helm.chart, helm.version)
+    """The pin's key: (repository, chart, constraint); ("", directory, "") for a chart in Git."""
+    return (helm.repository, helm.chart, helm.version if helm.repository else "")
 
 
 def of_app(revision: Revision, app: AppConfig) -> str:
-    """What ``app`` renders at ``revision``: the commit, and its repository chart's pin."""
+    """What ``app`` renders at ``revision``: the commit, and its chart's pin if it has one."""
     helm = app.helm
-    return revision.of_app(*chart_key(helm)) if helm is not None and helm.repository else revision.sha
+    return revision.of_app(*chart_key(helm)) if helm is not None and helm.chart else revision.sha
+
+
+def with_charts(spec: RenderSpec, app: AppConfig, revision: Revision) -> RenderSpec:
+    """``spec`` rendering the chart ``revision`` pinned for ``app``: a repository's (its
+    directory in the cache), or a chart in Git built with its dependencies."""
+    helm = app.helm
+    pin = revision.chart(*chart_key(helm)) if helm is not None and helm.chart else None
+    good = pin.directory if pin is not None and pin.version and not pin.error else None
+    if helm is not None and helm.repository:
+        return replace(spec, chart_dir=good)
+    return replace(spec, chart_built=good) if good is not None else spec
 
 
 def chart_refusal(app: AppConfig, revision: Revision) -> tuple[str, str] | None:
-    """Why ``app`` may not render at ``revision`` (its chart was not fetched), and the last good
-    pin's name ("": none); ``None`` when it may."""
+    """Why ``app`` may not render at ``revision`` (its chart or a dependency was not fetched),
+    and the last good pin's name ("": none); ``None`` when it may."""
     helm = app.helm
-    if helm is None or not helm.repository:
+    if helm is None or not helm.chart:
         return None
     pin = revision.chart(*chart_key(helm))
+    if pin is None and not helm.repository:
+        return None  # a chart in Git whose dependencies are all vendored
     if pin is not None and pin.version and not pin.error:
         return None
     wanted = f"chart {helm.chart!r} (version {helm.version or '*'!r}) from {helm.repository}"
+    if not helm.repository:
+        wanted = f"the dependencies of chart {helm.chart!r}"
     why = pin.error if pin is not None and pin.error else f"{wanted} was not fetched by the source's poll"
     kept = f"; {pin} stays in force" if pin is not None and pin.version else ""
     return f"{why}{kept}; nothing applied or pruned", str(pin) if pin is not None and pin.version else ""
@@ -57,7 +83,13 @@ class ChartPolls:
 
     def _fetcher(self, config: Config) -> ChartFetcher:
         cache = Path(config.agent.cache_dir).expanduser()
-        return ChartFetcher(config.helm_repositories, cache, load_index=load_chart_yaml, timeout=self.timeout)
+        fetcher = ChartFetcher(
+            config.helm_repositories, cache, load_index=load_chart_yaml, timeout=self.timeout
+        )
+        self.builder = DependencyBuilder(fetcher, load_yaml=load_chart_yaml)
+        #: The last good pin of each chart in Git (its key), kept in force when a build fails.
+        self._built: dict[tuple[str, str, str], ChartPin] = {}
+        return fetcher
 
     def configure(self, config: Config) -> None:
         """A reloaded config: the fetcher (its indexes, last good pins) kept unless the
@@ -67,11 +99,60 @@ class ChartPolls:
             self.fetcher = self._fetcher(config)
 
     def wanted(self, source: str) -> list[HelmSettings]:
-        """The `helm` tables of the apps on ``source`` that name a repository."""
+        """The `helm` tables of the apps on ``source`` that render a chart."""
         apps = [a for c in self.config.clusters for a in cluster_apps(self.config, c)]
-        return [a.helm for a in apps if a.source == source and a.helm is not None and a.helm.repository]
+        return [a.helm for a in apps if a.source == source and a.helm is not None and a.helm.chart]
 
     def attach(self, source: str, revision: Revision) -> Revision:
         """``revision`` with the pins of the charts its apps fetch (never raises for a chart)."""
-        wanted = self.wanted(source)
-        return replace(revision, charts=self.fetcher.pins(wanted)) if wanted else revision
+        return self.attach_helm(self.wanted(source), revision)
+
+    def attach_helm(self, wanted: list[HelmSettings], revision: Revision) -> Revision:
+        """``revision`` with the pins of the charts of ``wanted``: each repository chart, and
+        each chart whose dependencies were fetched."""
+        pins = [self._with_dependencies(p) for p in self.fetcher.pins(h for h in wanted if h.repository)]
+        for helm in dict.fromkeys(h for h in wanted if not h.repository):
+            if (pin := self._in_git(revision, helm)) is not None:
+                pins.append(pin)
+        return replace(revision, charts=tuple(pins)) if pins else revision
+
+    def _with_dependencies(self, pin: ChartPin) -> ChartPin:
+        """A fetched chart with its unvendored dependencies built in (the pin as it was if none)."""
+        if pin.error or not pin.version:
+            return pin
+        label = f"{pin.chart}@{pin.version}"
+        try:
+            built = self.builder.build(pin.directory, root=pin.directory, label=label)
+        except ChartError as e:
+            log.warning(
+                "chart dependencies not fetched; nothing applied or pruned", chart=label, error=str(e)
+            )
+            return replace(pin, error=str(e))
+        if built is None:
+            return pin
+        return pin_of(
+            built, repository=pin.repository, chart=pin.chart, constraint=pin.constraint, digest=pin.digest
+        )
+
+    def _in_git(self, revision: Revision, helm: HelmSettings) -> ChartPin | None:
+        """The chart in Git ``helm`` names, built with its dependencies; ``None`` when it needs
+        no build (all vendored, or not a chart here: the render says what is wrong)."""
+        directory = revision.tree / helm.chart.strip("/")
+        key = chart_key(helm)
+        if not (directory / "Chart.yaml").is_file() or not directory.resolve().is_relative_to(
+            revision.tree.resolve()
+        ):
+            return None
+        try:
+            built = self.builder.build(directory, root=revision.tree, label=helm.chart.strip("/"))
+        except ChartError as e:
+            log.warning(
+                "chart dependencies not fetched; nothing applied or pruned", chart=helm.chart, error=str(e)
+            )
+            last = self._built.get(key)
+            return replace(last, error=str(e)) if last else ChartPin(*key, "", "", Path(), error=str(e))
+        if built is None:
+            return None
+        pin = pin_of(built, repository="", chart=helm.chart, constraint="")
+        self._built[key] = pin
+        return pin

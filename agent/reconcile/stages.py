@@ -36,6 +36,7 @@ from agent.plan.schema import SchemaIndex
 from agent.plan.scope import Scope
 from agent.reconcile import namespaces, preflight
 from agent.reconcile.apps import cluster_apps
+from agent.reconcile.charts import with_charts
 from agent.reconcile.identity import shared_message
 from agent.reconcile.keys import load_keys
 from agent.reconcile.live import GroupKind, Inspect, LiveState, crd_scopes, read_live
@@ -265,11 +266,8 @@ class ClusterStages:
         return self.render_at(revision, self.spec_for())
 
     def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
-        spec = self.spec_for(app)
-        if app.helm is not None and app.helm.repository:  # the chart the source's poll fetched
-            pin = revision.chart(app.helm.repository, app.helm.chart, app.helm.version)
-            spec = replace(spec, chart_dir=pin.directory if pin is not None and pin.version else None)
-        return self.render_at(revision, spec)
+        # The chart the source's poll fetched, or built with its dependencies.
+        return self.render_at(revision, with_charts(self.spec_for(app), app, revision))
 
     def render_at(self, revision: Revision, spec: RenderSpec) -> DesiredSet:
         """Render ``revision``'s checkout, held while it is read (``checkout.reading``)."""

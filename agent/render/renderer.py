@@ -96,8 +96,9 @@ class RenderSpec:
     #: version and discovery); ``kube_version`` alone without a cluster (``agent.plan.release``).
     capabilities: Callable[[], Capabilities] | None = field(default=None, compare=False)
     kube_version: str = ""
-    #: A chart fetched from a repository (``source.charts``), outside the checkout; values files from it.
+    #: Outside the checkout: a repository's chart; the Git chart with its dependencies (source.chart_deps).
     chart_dir: Path | None = None
+    chart_built: Path | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -297,10 +298,11 @@ class _Render:
 
     def helm(self, chart: Path, *, fetched: bool = False) -> None:
         """``helm template`` of ``chart`` in the checkout, or (``fetched``) of a repository's."""
-        settings = self.spec.helm
-        root = chart.parent if fetched else self.tree
+        settings, in_git = self.spec.helm, chart
         rel = f"{settings.repository}/{settings.chart}" if fetched and settings else self.rel(chart)
         configured = settings is not None and (fetched or settings.chart.strip("/") in (rel, f"{rel}/"))
+        built = self.spec.chart_built if configured and not fetched else None  # dependencies fetched in
+        chart, root = (built, built.parent) if built else (chart, chart.parent if fetched else self.tree)
         release = (settings.release_name if settings and configured else "") or self.spec.cluster
         self.used_cluster_name |= release == self.spec.cluster
         namespace = settings.namespace if settings and configured else ""
@@ -312,13 +314,12 @@ class _Render:
             elif full is not None:
                 values.append(full)
         limits = {"max_total": self.spec.max_output_bytes, "max_file": self.spec.max_file_bytes}
-        shown = (lambda p: f"{rel}/{p.relative_to(chart).as_posix()}") if fetched else self.rel
+        shown = (lambda p: f"{rel}/{p.relative_to(chart).as_posix()}") if root != self.tree else self.rel
         problems = check_chart(chart, root) + input_problems([chart, *values], shown, **limits)
         if problems or len(values) != len(settings.values_files if settings and configured else ()):
             self.problems.extend(problems)
             return
-        binary = self.binary("helm", f"{rel}/Chart.yaml")
-        if binary is None:
+        if (binary := self.binary("helm", f"{rel}/Chart.yaml")) is None:
             return
         caps = self.spec.capabilities() if self.spec.capabilities is not None else None
         if caps is None and self.spec.kube_version:
@@ -348,8 +349,8 @@ class _Render:
             provenance_lines=False,
         )
         docs, problems = parse_yaml(out.text, origin, None)
-        if not problems and root == self.tree:  # a fetched chart holds no file of the app's keys
-            docs = self.sops.output_docs(docs, origin, [chart])
+        if not problems and not fetched:  # a fetched chart holds no file of the app's keys
+            docs = self.sops.output_docs(docs, origin, [in_git])
         self.add(docs, problems, origin)
 
     def duplicates(self) -> None:
@@ -469,6 +470,7 @@ class RenderCache:
             spec.exclude,
             spec.helm,
             spec.chart_dir,
+            spec.chart_built,
             spec.max_file_bytes,
             spec.max_output_bytes,
             spec.memory,

@@ -82,6 +82,8 @@ class ChartProblem(enum.StrEnum):
     #: A dependency of the chart is neither vendored nor fetchable: no repository, an unknown
     #: repository name, a ``file://`` path leaving the repository, a version its chart does not have.
     DEPENDENCY = "dependency"
+    #: ``verify = true``: the ``.prov`` file is missing, not signed by the keyring, or lists another digest.
+    SIGNATURE = "signature"
     #: No answer: connection refused or timed out, a name that does not resolve, a 5xx.
     UNREACHABLE = "unreachable"
     #: 401 or 403: credentials missing or refused.

@@ -50,10 +50,11 @@ class ChartRepo:
     def helm(self, *args: str) -> None:
         subprocess.run([str(tool("helm")), *args], check=True, capture_output=True, env=helm_env(self.home))
 
-    def publish(self, name: str, version: str, *, data: str = "hello") -> Path:
-        """Package a chart version into the repository and index it again."""
+    def publish(self, name: str, version: str, *, data: str = "hello", sign: tuple[str, ...] = ()) -> Path:
+        """Package a chart version into the repository and index it again; ``sign``: the
+        arguments of `helm package --sign` (``tests.chartsign.SigningKey.args``)."""
         chart = make_chart(self.src, name, version, data=data)
-        self.helm("package", str(chart), "--destination", str(self.root))
+        self.helm("package", str(chart), "--destination", str(self.root), *sign)
         self.index()
         return self.root / f"{name}-{version}.tgz"
 

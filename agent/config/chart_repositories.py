@@ -27,6 +27,8 @@ def helm_repositories(raw: list[Any], path: str, file: str) -> tuple[HelmReposit
             password_env=r.setting(HelmRepository, "password_env", ""),
             ca_file=r.setting(HelmRepository, "ca_file", ""),
             insecure_skip_tls_verify=r.setting(HelmRepository, "insecure_skip_tls_verify", False),
+            verify=r.setting(HelmRepository, "verify", False),
+            keyring_file=r.setting(HelmRepository, "keyring_file", ""),
             max_chart_bytes=r.setting(HelmRepository, "max_chart_bytes", HelmRepository.max_chart_bytes),
         )
         r.finish()
@@ -36,6 +38,8 @@ def helm_repositories(raw: list[Any], path: str, file: str) -> tuple[HelmReposit
             raise r.error("username", "required with a password")
         if (twin := next((j for j, e in enumerate(found) if e.url == entry.url), None)) is not None:
             raise ConfigError(f"{path}[{i}].url", f"{entry.url!r} is {path}[{twin}] already", file=file)
+        if entry.verify and not entry.keyring_file:
+            raise r.error("verify", "needs keyring_file (the keys that sign the charts' .prov files)")
         if (
             entry.name
             and (twin := next((j for j, e in enumerate(found) if e.name == entry.name), None)) is not None

@@ -46,5 +46,9 @@ class HelmRepository:
     #: PEM file of the certificate authorities trusted for this repository (besides none else).
     ca_file: str = ""
     insecure_skip_tls_verify: bool = False
+    #: Refuse a chart whose ``.prov`` file is missing or not signed by a key of ``keyring_file``.
+    verify: bool = False
+    #: OpenPGP public keys (a binary keyring, ``gpg --export``) that sign the charts' ``.prov``.
+    keyring_file: str = ""
     #: Largest chart archive downloaded, and largest total of its unpacked files.
     max_chart_bytes: int = declare(20 << 20, Size(1 << 20))

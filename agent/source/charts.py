@@ -41,6 +41,7 @@ from agent.config.chart_versions import Version, newest, parse_constraint, parse
 from agent.config.types import HelmRepository, HelmSettings
 from agent.errors import ChartError, ChartProblem
 from agent.model import ChartPin
+from agent.source.provenance import ProvenanceChecker
 
 __all__ = ["MAX_CHART_FILES", "MAX_INDEX_BYTES", "ChartFetcher", "repository_for"]
 
@@ -220,6 +221,7 @@ class ChartFetcher:
         self._lock = threading.Lock()
         #: Requests made, for tests and the benchmark: (method, URL without query).
         self.requests: list[str] = []
+        self._provenance = ProvenanceChecker(load_index, timeout=timeout)
 
     def pins(self, wanted: Iterable[HelmSettings]) -> tuple[ChartPin, ...]:
         """One pin per distinct (repository, chart, constraint) of ``wanted``: the version fetched
@@ -346,9 +348,16 @@ class ChartFetcher:
             )
         target = self.root / digest
         pin = ChartPin(helm.repository, helm.chart, helm.version, version, digest, target / helm.chart)
+        url = urllib.parse.urljoin(helm.repository + "/", urls[0])
+        if http.repo.verify:  # signed by the keyring, or nothing of it is used (a kept copy neither)
+
+            def get(u: str, limit: int) -> bytes:
+                self.requests.append(f"GET {u}")
+                return http.get(u, limit)[2]
+
+            self._provenance.check(get, url, digest, http.repo.keyring_file, url=helm.repository)
         if (target / _COMPLETE).is_file():
             return pin
-        url = urllib.parse.urljoin(helm.repository + "/", urls[0])
         self.requests.append(f"GET {url}")
         _, _, body = http.get(url, limit)
         got = hashlib.sha256(body).hexdigest()

@@ -20,6 +20,13 @@ A cluster path that does not exist at the base revision counts as empty
 there (the change adds it); at the head revision it is an error, as the
 agent would report it. Each cluster fails alone (its own error section).
 
+Charts from repositories: with ``--config``, each revision is rendered with the charts it
+resolves to, fetched as the source's poll fetches them (``reconcile.charts.ChartPolls``; it needs
+the chart repositories, not a cluster): an app's chart from a repository, and the dependencies
+of a chart in Git at the versions that revision's ``Chart.yaml`` (or ``Chart.lock``) asks for. A
+``version`` change is thus reported as the objects it changes, with a note naming both pins; a
+chart that cannot be fetched at a revision is that app's error.
+
 Encrypted (SOPS) files are not decrypted: there is no private key here. Both
 revisions render sealed (encrypted values stay ciphertext, masked in the diff),
 and the head is checked instead (``check_secrets``): every encrypted file an app
@@ -35,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.config.types import AppConfig, ClusterConfig, ClusterSettings, Config, SourceConfig, implicit_app
-from agent.errors import AgentError
+from agent.errors import AgentError, RenderError, RenderProblem
 from agent.model import (
     DECRYPTED_FIELDS,
     DesiredObject,
@@ -47,6 +54,7 @@ from agent.model import (
 )
 from agent.plan import apis, hooks
 from agent.plan.release import RenderRelease, render_release
+from agent.reconcile.charts import ChartPolls, chart_key, chart_refusal, with_charts
 from agent.reconcile.reconciler import app_render_spec
 from agent.render.renderer import RenderSpec, render, rendered_for
 from agent.render.sops import SopsMode
@@ -88,7 +96,8 @@ def _render_at(tree: Path, spec: RenderSpec, *, base: bool, revision: str) -> De
     if base:
         # The change may add this cluster or one of its paths: absent at base means empty there.
         paths = tuple(p for p in spec.paths if (tree / p).exists())
-        helm = spec.helm if spec.helm is None or (tree / spec.helm.chart).exists() else None
+        fetched = spec.chart_dir is not None
+        helm = spec.helm if spec.helm is None or fetched or (tree / spec.helm.chart).exists() else None
         if not paths and helm is None:
             return DesiredSet(spec.cluster, revision, ())
         spec = dataclasses.replace(spec, paths=paths or spec.paths, helm=helm)
@@ -140,11 +149,11 @@ def compare_app(
     release = release or render_release(None, kubernetes_version)
     spec = dataclasses.replace(app_render_spec(app), sops=SopsMode.SEAL, kube_version=release.kube_version)
     try:
-        before = _render_at(base.tree, spec, base=True, revision=base.sha)
+        before = _render_at(base.tree, _charted(spec, app, base), base=True, revision=base.sha)
     except AgentError as e:
         return Preview(AppReport(app.name, error=f"base revision {base.short}: {e}"))
     try:
-        after = _render_at(head.tree, spec, base=False, revision=head.sha)
+        after = _render_at(head.tree, _charted(spec, app, head), base=False, revision=head.sha)
     except AgentError as e:
         return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     old = {o.key: o for o in before.objects}
@@ -206,9 +215,29 @@ def compare_app(
         objects=sort_objects(objects),
         unchanged=unchanged,
         findings=check_secrets(app, after),
-        notes=(release.describe(),) if rendered_for(after) is not None else (),
+        notes=((release.describe(),) if rendered_for(after) is not None else ())
+        + _chart_notes(app, base, head),
     )
     return Preview(report, new)
+
+
+def _charted(spec: RenderSpec, app: AppConfig, revision: Revision) -> RenderSpec:
+    """``spec`` with the charts ``revision`` pinned for ``app``; ``RenderError`` when one of
+    them could not be fetched (as a pass would fail)."""
+    if (refused := chart_refusal(app, revision)) is not None:
+        raise RenderError(
+            [RenderProblem(app.helm.chart if app.helm else "", refused[0])], cluster=app.cluster
+        )
+    return with_charts(spec, app, revision)
+
+
+def _chart_notes(app: AppConfig, base: Revision, head: Revision) -> tuple[str, ...]:
+    """The chart each revision renders when they differ, and what the fetch said of the head's."""
+    if app.helm is None or not app.helm.chart:
+        return ()
+    old, new = base.chart(*chart_key(app.helm)), head.chart(*chart_key(app.helm))
+    notes = [f"chart {old or 'as vendored'} → {new or 'as vendored'}"] if str(old) != str(new) else []
+    return tuple(notes) + (new.notes if new is not None else ())
 
 
 def check_secrets(app: AppConfig, head: DesiredSet) -> tuple[Finding, ...]:
@@ -284,6 +313,12 @@ def run_offline(
     head = source.resolve(head_ref)
     chosen = config.clusters if config is not None else convention_clusters(base.tree, head.tree)
     chosen = tuple(c for c in chosen if not clusters or c.name in clusters)
+    if config is not None:  # each revision with the charts it resolves to (their repositories, no cluster)
+        charts = ChartPolls(config)
+        wanted = [
+            a.helm for c in chosen for a in config.apps_of(c.name) if a.helm is not None and a.helm.chart
+        ]
+        base, head = charts.attach_helm(wanted, base), charts.attach_helm(wanted, head)
     notes: tuple[str, ...] = ()
     if config is None:
         notes = (f"clusters by convention: `{CONVENTION_DIR}/<name>/` (no --config given)",)

@@ -13,6 +13,7 @@ pruned; ``with_charts`` points a render spec at what was pinned.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from agent.model import ChartPin, Revision
 from agent.reconcile.apps import cluster_apps
 from agent.render.renderer import RenderSpec
 from agent.render.tools import load_chart_yaml
+from agent.source import chart_cache
 from agent.source.chart_deps import DependencyBuilder, pin_of
 from agent.source.charts import ChartFetcher
 
@@ -76,9 +78,17 @@ def chart_refusal(app: AppConfig, revision: Revision) -> tuple[str, str] | None:
 class ChartPolls:
     """The repository charts of a config's apps, by source; one fetcher (and cache) for all."""
 
-    def __init__(self, config: Config, *, timeout: float = 60.0) -> None:
+    def __init__(self, config: Config, *, timeout: float = 60.0, collect: bool = False) -> None:
         self.timeout = timeout
         self.config = config
+        #: Collect the chart cache after each source's poll (the running agent: it alone knows
+        #: every source's pins; ``source.chart_cache``).
+        self.collect = collect
+        #: Unused copies kept, and how long a new one is left alone (``source.chart_cache``).
+        self.spare, self.min_age = chart_cache.SPARE, chart_cache.MIN_AGE
+        #: Each source's current pins, for the collection.
+        self._current: dict[str, tuple[ChartPin, ...]] = {}
+        self._collecting = threading.Lock()
         self.fetcher = self._fetcher(config)
 
     def _fetcher(self, config: Config) -> ChartFetcher:
@@ -105,7 +115,25 @@ class ChartPolls:
 
     def attach(self, source: str, revision: Revision) -> Revision:
         """``revision`` with the pins of the charts its apps fetch (never raises for a chart)."""
-        return self.attach_helm(self.wanted(source), revision)
+        pinned = self.attach_helm(self.wanted(source), revision)
+        if self.collect:
+            with self._collecting:
+                self._current[source] = pinned.charts
+                self._collect()
+        return pinned
+
+    def in_use(self) -> list[Path]:
+        """The chart directories the apps use: each source's current pins, each chart's last good
+        one (a repository's, a dependency's, a chart in Git built)."""
+        pins = [p for pins in self._current.values() for p in pins]
+        pins += [*self.fetcher.last_good(), *self._built.values()]
+        return [p.directory for p in pins if p.version]
+
+    def _collect(self) -> None:
+        try:
+            chart_cache.collect(self.fetcher.root, self.in_use(), spare=self.spare, min_age=self.min_age)
+        except OSError as e:  # a cache that cannot be cleaned is not a failed poll
+            log.warning("chart cache not collected", error=str(e))
 
     def attach_helm(self, wanted: list[HelmSettings], revision: Revision) -> Revision:
         """``revision`` with the pins of the charts of ``wanted``: each repository chart, and

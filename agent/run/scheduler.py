@@ -115,7 +115,7 @@ class Daemon:
         self.poller = SourcePoller(
             sources, self.metrics, on_moved=self._revisions_moved, stopping=lambda: self.stopping
         )
-        self.charts = ChartPolls(config)
+        self.charts = ChartPolls(config, collect=True)  # it alone knows every source's pins
         self.poller.attach = self.charts.attach
         settings = self.opts.leases or lease_settings(config)
         self.leases = self._lease_manager(settings)

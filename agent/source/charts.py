@@ -240,6 +240,10 @@ class ChartFetcher:
             out[key_of(helm)] = pin
         return tuple(out.values())
 
+    def last_good(self) -> tuple[ChartPin, ...]:
+        """The last chart each (repository, chart, constraint) fetched, dependencies included."""
+        return tuple(self._last.values())
+
     def fetch(self, helm: HelmSettings) -> ChartPin:
         """The chart ``helm`` names at the newest version its constraint allows; ``ChartError``
         naming the repository and the constraint."""

@@ -169,3 +169,24 @@ def test_the_built_chart_renders_in_place_of_the_checkouts(tmp_path: Path) -> No
     assert obj.manifest["data"]["greeting"] == "from-dependency"
     with pytest.raises(Exception, match="not vendored"):  # without the build: refused as before
         render(tree, RenderSpec("c", ("charts/umbrella",), helm=helm))
+
+
+def test_the_copy_follows_symlinks_inside_the_repository_only(tmp_path: Path) -> None:
+    repo = ChartRepo(tmp_path / "repo")
+    repo.publish("db", "1.0.0")
+    tree = tmp_path / "git"
+    (tree / "shared").mkdir(parents=True)
+    (tree / "shared" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared}\n")
+    with repo.serve():
+        chart = umbrella(tree, [{"name": "db", "version": "1.x", "repository": repo.url}])
+        (chart / "templates" / "shared").symlink_to("../../../shared")
+        (chart / "templates" / "again").symlink_to("shared")  # the same directory by another path
+        (chart / "templates" / "loop").symlink_to("..")
+        built = builder(tmp_path).build(chart, root=tree, label="charts/umbrella")
+        assert built is not None
+        copied = built.directory / "templates"
+        assert (copied / "shared" / "cm.yaml").is_file() and (copied / "again" / "cm.yaml").is_file()
+        assert not any(p.is_symlink() for p in built.directory.rglob("*"))
+        (chart / "templates" / "secret").symlink_to(tmp_path / "repo")
+        e = fails(builder(tmp_path), chart, tree, "charts/umbrella")
+    assert e.problem is ChartProblem.DEPENDENCY and "templates/secret: symlink points outside" in str(e)

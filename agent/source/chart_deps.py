@@ -244,14 +244,13 @@ def _inside(path: Path, root: Path) -> bool:
 
 def _files(directory: Path, root: Path, label: str) -> Iterator[tuple[str, Path]]:
     """``(relative path, real file)`` of every file under ``directory``, in a stable order;
-    symlinks followed only inside ``root`` (the repository), as the render allows them."""
-    seen: set[Path] = set()
+    symlinks followed only inside ``root`` (the repository), as the render allows them; a
+    directory linking back to one it is inside is not walked again."""
 
-    def walk(d: Path, prefix: str) -> Iterator[tuple[str, Path]]:
+    def walk(d: Path, prefix: str, above: frozenset[Path]) -> Iterator[tuple[str, Path]]:
         real = d.resolve()
-        if real in seen:
+        if real in above:
             return
-        seen.add(real)
         for name in sorted(os.listdir(d)):
             entry = d / name
             rel = f"{prefix}{name}"
@@ -260,11 +259,11 @@ def _files(directory: Path, root: Path, label: str) -> Iterator[tuple[str, Path]
                 why = "points outside the repository" if target.exists() else "is dangling"
                 raise ChartError(ChartProblem.DEPENDENCY, f"{label}/{rel}: symlink {why}", url="")
             if target.is_dir():
-                yield from walk(entry, rel + "/")
+                yield from walk(entry, rel + "/", above | {real})
             elif target.is_file():
                 yield rel, target
 
-    yield from walk(directory, "")
+    yield from walk(directory, "", frozenset())
 
 
 def _digest_files(files: Sequence[tuple[str, Path]], label: str) -> str:

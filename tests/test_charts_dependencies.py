@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from agent.cli.main import main
 from agent.config.load import load_config
 from agent.config.types import Config
 from agent.model import FailureReason
@@ -17,6 +20,7 @@ from tests.agentkit import E2E, Repo, config_head, make_repo, unique
 from tests.chartrepo import ChartRepo
 from tests.clusters import ClusterPool, kubectl
 from tests.test_charts_repository import Pass
+from tests.test_diff_offline import NOWHERE
 
 
 def chart_files(url: str, constraint: str) -> dict[str, str]:
@@ -106,3 +110,24 @@ def test_a_chart_in_git_with_a_dependency_from_a_repository_renders_applies_and_
         "umbrella-own": {"owner": "umbrella"},
         "db": {"version": "1.1.0", "greeting": "from-umbrella", "replicas": "1"},
     }
+
+
+def test_gitops_agent_render_renders_the_chart_with_its_fetched_dependency(tmp_path: Path) -> None:
+    charts = ChartRepo(tmp_path / "charts")
+    charts.publish("db", "1.0.0", data="rendered")
+    (tmp_path / "nowhere").write_text(NOWHERE)
+    with charts.serve():
+        git = make_repo(tmp_path, chart_files(charts.url, "1.x"))
+        config(tmp_path, git, tmp_path / "nowhere", "shop")
+        args = [
+            "render",
+            "--config",
+            str(tmp_path / "agent.toml"),
+            "--cluster",
+            "pool-a",
+            "--app",
+            "umbrella",
+        ]
+        result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "name: umbrella-own" in result.stdout and "greeting: from-umbrella" in result.stdout

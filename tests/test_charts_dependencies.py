@@ -83,6 +83,7 @@ def test_a_chart_in_git_with_a_dependency_from_a_repository_renders_applies_and_
         assert pin.dependencies and pin.dependencies[0].startswith("db@1.0.0 (sha256:")
         result = agent.run(first)
         assert result.ok, result.error  # type: ignore[attr-defined]
+        assert result.chart == str(pin) and "with db@1.0.0 (sha256:" in result.chart  # type: ignore[attr-defined]
         assert configmaps(cluster.kubeconfig, ns) == {
             "umbrella-own": {"owner": "umbrella"},
             "db": {"version": "1.0.0", "greeting": "from-umbrella", "replicas": "1"},

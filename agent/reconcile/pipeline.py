@@ -224,10 +224,13 @@ class ClusterPipeline(ClusterStages):
                     error=str(e),
                 )
             return
-        if run.app.helm is not None and run.app.helm.repository:
-            run.result.chart = str(run.revision.chart(*chart_key(run.app.helm)))
-        elif run.app.helm is not None and run.app.helm.chart:
-            run.result.chart = chart_version(run.revision.tree, run.app.helm.chart)
+        if (
+            run.app.helm is not None and run.app.helm.chart
+        ):  # pinned (from a repository, or with its dependencies)
+            pin = run.revision.chart(*chart_key(run.app.helm))
+            run.result.chart = (
+                str(pin) if pin is not None else chart_version(run.revision.tree, run.app.helm.chart)
+            )
         run.reach(Phase.RENDERED)
 
     def _read_parents(

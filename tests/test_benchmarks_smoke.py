@@ -313,9 +313,14 @@ def test_benchmarks_apps_smoke_small_size_reads_every_app_with_one_list_per_kind
     # Counted at the server, every steady pass: reads only, one LIST per kind for all six apps'
     # objects, and the ConfigMap kind listed twice (the apps' objects, and their parents by label).
     assert row["met"] and all(n <= apps["kinds"] + 5 for n in row["requests_per_pass"])
-    assert row["agent"]["requests"]["by_verb"] == {"LIST": apps["kinds"] + 1}
-    assert row["by_resource"]["LIST configmaps"] == 2
-    assert all(v == 1 for k, v in row["by_resource"].items() if k != "LIST configmaps")
+    passes = row["by_resource_per_pass"]
+    assert all(k.startswith(("LIST ", "GET ")) for p in passes for k in p), passes  # reads only
+    # The server also counts its own periodic loopback reads, which only ever add to a pass: the
+    # quietest of the identical passes is the agent's alone, and that one is exact.
+    quietest = min(passes, key=lambda p: sum(p.values()))
+    assert sum(quietest.values()) == apps["kinds"] + 1 and all(k.startswith("LIST ") for k in quietest)
+    assert quietest["LIST configmaps"] == 2
+    assert all(v == 1 for k, v in quietest.items() if k != "LIST configmaps")
     assert row["peak_rss_mb"] >= row["rss_mb"] > 50  # the agent's own process, read from /proc
     md = next(tmp_path.glob("apps-*.md")).read_text()
     assert "## Apps (6 apps x 40 objects on one cluster, steady state)" in md
@@ -346,12 +351,14 @@ def test_benchmarks_health_smoke_counts_a_waiting_step_as_kinds_plus_children_pe
 def test_benchmarks_tenants_smoke_apps_of_one_service_account_share_its_reads(tmp_path: Path) -> None:
     """Apps acting as namespace-bound ServiceAccounts: a steady pass is one LIST per kind per
     identity in its namespace, plus the inventories' one LIST (no refused cluster-wide LIST)."""
-    result = bench_apps.run_tenants(tmp_path, tenants=2, apps_per_tenant=2, per_app=8, reps=1)
+    result = bench_apps.run_tenants(tmp_path, tenants=2, apps_per_tenant=2, per_app=8, reps=2)
     (row,) = result["rows"]
     kinds = result["kinds"]
     assert row["met"], row
-    assert row["requests_per_pass"] == [kinds * 2 + 1], row["by_resource"]
-    assert all(k.startswith("LIST ") for k in row["by_resource"]), row["by_resource"]
+    # The quietest pass is the agent's alone (the server's own periodic reads only add to a pass).
+    quietest = min(row["by_resource_per_pass"], key=lambda p: sum(p.values()))
+    assert sum(quietest.values()) == kinds * 2 + 1, quietest
+    assert all(k.startswith("LIST ") for k in quietest), quietest
 
 
 def test_benchmarks_page_smoke_times_every_page_of_a_small_fleet_in_the_server(tmp_path: Path) -> None:

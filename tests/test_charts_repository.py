@@ -34,7 +34,8 @@ def config(
         "[[apps]]",
         'name = "web"',
         'cluster = "pool-a"',
-        f'default_namespace = "{ns}"',
+        # No default_namespace: the chart's ConfigMap names none, and goes to the release's
+        # namespace, as `helm install --namespace` puts it.
         "[apps.helm]",
         f'repository = "{url}"',
         'chart = "web"',

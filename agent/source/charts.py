@@ -200,6 +200,10 @@ class _Http:
         return self.error(ChartProblem.UNREACHABLE, f"GET {shown}: {text}")
 
 
+#: The indexes one poll has read, or why they could not be, by repository URL.
+Polled = dict[str, _Index | ChartError]
+
+
 class ChartFetcher:
     """Resolves, downloads and unpacks repository charts; keeps each key's last good pin."""
 
@@ -226,29 +230,32 @@ class ChartFetcher:
         now, or the last good one with this fetch's error (``error`` set; no directory when
         there never was a good one)."""
         out: dict[Key, ChartPin] = {}
+        polled: Polled = {}  # one request per repository this poll, however many charts it serves
         for helm in wanted:
             if not helm.repository or key_of(helm) in out:
                 continue
             try:
-                pin = self.fetch(helm)
+                out[key_of(helm)] = self._checked(helm, polled)
             except ChartError as e:
                 log.warning("chart fetch failed; last good chart stays in force", url=e.url, error=str(e))
                 last = self._last.get(key_of(helm))
-                pin = replace(last, error=str(e)) if last else _failed(helm, str(e))
-            out[key_of(helm)] = pin
+                out[key_of(helm)] = replace(last, error=str(e)) if last else _failed(helm, str(e))
         return tuple(out.values())
 
     def fetch(self, helm: HelmSettings) -> ChartPin:
         """The chart ``helm`` names at the newest version its constraint allows; ``ChartError``
         naming the repository and the constraint."""
+        return self._checked(helm, None)
+
+    def _checked(self, helm: HelmSettings, polled: Polled | None) -> ChartPin:
         try:
-            return self._fetch(helm)
+            return self._fetch(helm, polled)
         except ChartError as e:
             if e.constraint:
                 raise
             raise ChartError(e.problem, e.detail, url=e.url, constraint=helm.version or "*") from None
 
-    def _fetch(self, helm: HelmSettings) -> ChartPin:
+    def _fetch(self, helm: HelmSettings, polled: Polled | None) -> ChartPin:
         repo = repository_for(helm.repository, self.repositories)
         http = _Http(repo, helm.repository, self.timeout)
         try:
@@ -258,7 +265,7 @@ class ChartFetcher:
                 ChartProblem.NO_MATCH, str(e), url=helm.repository, constraint=helm.version
             ) from None
         with self._lock:
-            index = self._index(http, helm.repository)
+            index = self._index(http, helm.repository, polled)
         entries = index.charts.get(helm.chart)
         if not entries:
             raise ChartError(
@@ -292,8 +299,25 @@ class ChartFetcher:
         self._last[key_of(helm)] = pin
         return pin
 
-    def _index(self, http: _Http, url: str) -> _Index:
-        """The repository's index, asked again with its validators: a 304 reuses the parsed one."""
+    def _index(self, http: _Http, url: str, memo: Polled | None) -> _Index:
+        """The repository's index, asked again with its validators (a 304 reuses the parsed one),
+        once per poll (``memo``: what this poll read) however many charts come from it."""
+        if memo is None:
+            return self._read_index(http, url)
+        polled = memo.get(url)
+        if isinstance(polled, ChartError):
+            raise polled
+        if polled is not None:
+            return polled
+        try:
+            index = self._read_index(http, url)
+        except ChartError as e:
+            memo[url] = e
+            raise
+        memo[url] = index
+        return index
+
+    def _read_index(self, http: _Http, url: str) -> _Index:
         cached = self._indexes.get(url)
         headers = {}
         if cached is not None and cached.etag:

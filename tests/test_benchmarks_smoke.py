@@ -20,7 +20,7 @@ import pytest
 from agent.config.load import load_config
 from agent.config.types import ClusterSettings
 from agent.dev.process import LocalCluster, Pids, Ports
-from benchmarks import bench_apps, bench_corpus, bench_kube, harness, workload
+from benchmarks import bench_apps, bench_charts, bench_corpus, bench_kube, harness, workload
 from benchmarks.__main__ import main
 from benchmarks.bench_kube import initial_row
 from benchmarks.markdown import render, with_section
@@ -436,3 +436,23 @@ def test_benchmarks_memory_and_isolation_smoke_measure_the_agent_on_three_tiny_c
     assert apps["baseline_runs"] and apps["failing_runs"] and apps["failing_app_error"], apps
     # Not the 1.10x target (a smoke run is too short to judge it), but no backoff in the way.
     assert apps["failing_app_failures"] >= 1 and apps["time_ratio"] < 2, apps
+
+
+def test_benchmarks_charts_smoke_counts_a_poll_at_the_repository_and_renders_the_corpus_charts(
+    tmp_path: Path,
+) -> None:
+    assert main(["charts", "--charts-reps", "2", "--out", str(tmp_path)]) == 0
+    results = json.loads(next(tmp_path.glob("charts-*.json")).read_text())
+    charts = results["charts"]
+    (poll,) = charts["poll"]
+    # Counted by the repository's server: one conditional request per poll for both charts.
+    assert poll["requests_per_poll"] == [1, 1] and poll["downloads"] == 0 and poll["met"]
+    assert not bench_charts.poll_row("HTTP", 2, [1, 2], 0)["met"]
+    rendered = {r["chart"].split()[0]: r for r in charts["render"]}
+    assert sorted(rendered) == ["cert-manager", "ingress-nginx"]
+    assert all(r["objects"] > 10 and r["agent_seconds"]["min"] > 0 for r in rendered.values())
+    md = next(tmp_path.glob("charts-*.md")).read_text()
+    assert "## Charts from a repository (cert-manager, ingress-nginx" in md
+    # --docs replaces only its own section of a document.
+    doc = with_section("# B\n\n## Other\n\nx\n\n## Reading these numbers\n", results)
+    assert doc.index("## Other") < doc.index("## Charts from a repository") < doc.index("## Reading")

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import statistics
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,27 +78,6 @@ def format_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
-def _timed(step: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    step()
-    return time.perf_counter() - t0
-
-
-def _alternating(
-    agent: Callable[[], object], reference: Callable[[], object], reps: int
-) -> tuple[list[float], list[float]]:
-    agent_s: list[float] = []
-    reference_s: list[float] = []
-    for r in range(reps):
-        if r % 2:
-            reference_s.append(_timed(reference))
-            agent_s.append(_timed(agent))
-        else:
-            agent_s.append(_timed(agent))
-            reference_s.append(_timed(reference))
-    return agent_s, reference_s
-
-
 def run(root: Path, reps: int = 7) -> dict[str, Any]:
     """Publish the corpus charts, fetch them, poll ``reps`` times, then time each chart's render."""
     from agent.config.helm_types import HelmSettings
@@ -151,7 +128,7 @@ def run(root: Path, reps: int = 7) -> dict[str, Any]:
         argv += [a for v in helm.values_files for a in ("--values", str(work / v))]
         reference = lambda argv=argv: subprocess.run(argv, capture_output=True, check=True, timeout=300)  # noqa: E731
         reference()
-        agent_s, helm_s = _alternating(lambda spec=spec: render(work, spec), reference, reps)
+        agent_s, helm_s = h.alternating(lambda spec=spec: render(work, spec), reference, reps)
         out["render"].append(render_row(f"{app} {pin.version}", len(desired.objects), agent_s, helm_s))
     for line in format_lines(out):
         print(line, flush=True)

@@ -51,6 +51,7 @@ def test_demo_applies_apps_a_chart_release_and_a_commit_and_keeps_a_hand_label(t
     # release namespace, then upgraded when 0.2.0 (matching "0.x") is published.
     assert "created    ConfigMap/demo/greeter" in first
     assert "configured ConfigMap/demo/greeter (changed: data.chart" in second
+    assert "demo-a app greeter: revision" in second and ", chart greeter@0.2.0 (sha256:" in second
     assert "kubectl label deployment web -n demo owner=alice" in second
     assert "✔ owner=alice is still on deployment/web in demo-a after the reconcile" in third
     # Stopped afterwards (no --keep): nothing left running.

@@ -131,7 +131,9 @@ def describe(results: list[ClusterResult]) -> list[str]:
     for r in results:
         where = r.cluster if not r.app or r.app == r.cluster else f"{r.cluster} app {r.app}"
         lines.append(
-            f"{where}: revision {r.revision[:12]}, {r.count(Outcome.UNCHANGED)} unchanged"
+            f"{where}: revision {r.revision[:12]}"
+            + (f", chart {r.chart}" if r.chart else "")
+            + f", {r.count(Outcome.UNCHANGED)} unchanged"
             + (f", error: {r.error}" if r.error else "")
         )
         for res in r.results:

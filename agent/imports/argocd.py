@@ -145,10 +145,10 @@ def _application(argo: _Argo, leaf: Leaf) -> App | Note:
     settings = _sync(spec.get("syncPolicy"), what, notes)
     if helm is None and len(paths) == 1:
         settings = {**settings, **_directory(argo.root, first, paths[0], what, notes)}
+    if namespace:  # for a chart too: its objects that name no namespace go to default_namespace
+        settings = {"default_namespace": namespace, **settings}
     if namespace and helm is not None:
         helm = Helm(**{**helm.__dict__, "namespace": namespace})
-    elif namespace:
-        settings = {"default_namespace": namespace, **settings}
     return App(
         name=unique(label(a.name), argo.taken.setdefault(cluster, set())),
         cluster=cluster,

@@ -59,7 +59,9 @@ def release_app(
                     "repository (values_files) or [apps.helm.values] (a Secret's: a SOPS-encrypted file)",
                 )
             )
-    settings: dict[str, Any] = {}
+    # Helm puts a chart's objects that name no namespace in the release's; the agent in
+    # default_namespace, so both are the release namespace.
+    settings: dict[str, Any] = {"default_namespace": namespace} if namespace != "default" else {}
     if (interval := duration(spec.get("interval"))) is not None:
         settings["reconcile_interval"] = interval
     install = table(spec, "install")

@@ -16,6 +16,7 @@ from agent.imports import appsets
 from agent.imports.app_of_apps import Leaf, leaves
 from agent.imports.argo_helm import values_of
 from agent.imports.common import clusters_of, git_ref, other_fields, table
+from agent.imports.content import content_notes
 from agent.imports.model import (
     App,
     Helm,
@@ -143,8 +144,10 @@ def _application(argo: _Argo, leaf: Leaf) -> App | Note:
             )
     namespace = str(destination.get("namespace", ""))
     settings = _sync(spec.get("syncPolicy"), what, notes)
+    for path in paths:
+        notes += content_notes(argo.root, path, what)
     if helm is None and len(paths) == 1:
-        settings = {**settings, **_directory(argo.root, first, paths[0], what, notes)}
+        settings = {**settings, **_directory(argo.root, first, paths[0])}
     if namespace:  # for a chart too: its objects that name no namespace go to default_namespace
         settings = {"default_namespace": namespace, **settings}
     if namespace and helm is not None:
@@ -214,16 +217,12 @@ def _render(
     return None, git, (path,)
 
 
-def _directory(root: Path, s: dict[str, Any], path: str, what: str, notes: list[Note]) -> dict[str, Any]:
+def _directory(root: Path, s: dict[str, Any], path: str) -> dict[str, Any]:
     """Settings that make the agent read a plain directory as Argo CD does: without
     ``directory.recurse`` Argo CD reads no sub-directory, the agent every one (``exclude``)."""
     directory = root / path
     if not directory.is_dir() or kustomization_file(directory) is not None:
         return {}
-    if any(directory.glob("*.*sonnet")):
-        notes.append(
-            Note(f"{what} path {path} (Jsonnet)", "the agent renders no Jsonnet: commit its YAML output")
-        )
     recurse = table(s, "directory").get("recurse") is True
     if recurse or not any(p.is_dir() and not p.name.startswith(".") for p in directory.iterdir()):
         return {}

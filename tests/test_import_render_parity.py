@@ -129,7 +129,7 @@ kind: Kustomization
 metadata: {name: releases, namespace: flux-system}
 spec:
   sourceRef: {kind: GitRepository, name: flux-system}
-  path: ./releases
+  path: ./releases/prod
   prune: true
 """
 
@@ -144,8 +144,22 @@ spec:
       chart: ./charts/web
       sourceRef: {kind: GitRepository, name: flux-system, namespace: flux-system}
       valuesFiles: [charts/web/values.yaml, charts/web/values-production.yaml]
-  values: {image: {tag: "3.0"}}
+  values: {image: {tag: "3.0"}, replicaCount: 1}
 """
+
+# flux2-kustomize-helm-example's apps/production: the base release, its values patched.
+FLUX_OVERLAY = {
+    "releases/prod/kustomization.yaml": "resources: [../base]\n"
+    "patches: [{path: web-values.yaml, target: {kind: HelmRelease}}]\n",
+    "releases/prod/web-values.yaml": """
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: web, namespace: shop}
+spec:
+  values: {replicaCount: 5}
+""",
+    "releases/base/kustomization.yaml": "resources: [web.yaml]\n",
+}
 
 
 def _tree(root: Path, files: Mapping[str, str], under: str = "") -> Path:
@@ -226,10 +240,13 @@ def test_argocd_apps_render_as_argocd_would_render_them(tmp_path: Path) -> None:
 
 
 def test_flux_apps_render_as_flux_would_render_them(tmp_path: Path) -> None:
-    root = _repo(tmp_path, {"clusters/prod/sync.yaml": FLUX_SYNC, "releases/web.yaml": FLUX_RELEASE})
+    root = _repo(
+        tmp_path,
+        {"clusters/prod/sync.yaml": FLUX_SYNC, "releases/base/web.yaml": FLUX_RELEASE, **FLUX_OVERLAY},
+    )
     apps = _apps(root, toml_text(import_flux(root), path="repo"))
     helm, kustomize = str(tool("helm")), str(tool("kustomize"))
-    (tmp_path / "values.yaml").write_text("image: {tag: '3.0'}\n")
+    (tmp_path / "values.yaml").write_text("image: {tag: '3.0'}\nreplicaCount: 5\n")  # patched
     chart = [helm, "template", "store-web", "charts/web", "--namespace", "store", "--include-crds"]
     chart += ["--values", "charts/web/values.yaml", "--values", "charts/web/values-production.yaml"]
     chart += ["--values", str(tmp_path / "values.yaml")]
@@ -245,3 +262,4 @@ def test_flux_apps_render_as_flux_would_render_them(tmp_path: Path) -> None:
     for name, objects in expected.items():
         assert _agent(root, apps[name]) == objects, name
     assert expected["ui"][("v1", "ConfigMap", "guestbook", "k-cfg")]["data"] == {"domain": "example.com"}
+    assert expected["web"][("apps/v1", "Deployment", "store", "store-web")]["spec"]["replicas"] == 5

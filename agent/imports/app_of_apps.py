@@ -1,5 +1,5 @@
 """Argo CD's app of apps: an Application whose path in PATH yields Applications. The path is
-rendered as the agent renders it (``agent.render``, offline: a Helm chart with the parent's
+rendered as the agent renders it (``building``, offline: a Helm chart with the parent's
 release name, namespace and values, a kustomization built, a plain directory read), and the
 Applications and ApplicationSets it yields are imported in the parent's place, recursively, at
 most ``MAX_DEPTH`` parents deep and never through an Application already on the way (a cycle).
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.config.helm_types import HelmSettings
-from agent.errors import RenderError
 from agent.imports import appsets
 from agent.imports.argo_helm import values_of
+from agent.imports.building import CLUSTER, built
 from agent.imports.common import table
 from agent.imports.model import Note, label, repo_path
 from agent.imports.reading import MAX_FILE_BYTES, Found, reach, yaml_files
 from agent.render.kustomize import kustomization_file
-from agent.render.renderer import RenderSpec, render
+from agent.render.renderer import RenderSpec
 
 ARGO = "argoproj.io"
 #: A file that may yield an Application: the kind, as a YAML file or a template spells it.
@@ -150,31 +150,22 @@ def _held(root: Path, a: Found, notes: list[Note]) -> list[Found] | None:
     if not path:
         return None
     what = f"{a.label()} (path {path})"
-    try:
-        rendered = render(root, _render_spec(root, a, path, what, notes))
-    except RenderError as e:
-        shown = "; ".join(str(p) for p in e.problems[:3])
-        notes.append(
-            Note(
-                what,
-                f"it may yield Applications but its path did not render, so nothing it holds is: {shown}",
-            )
-        )
+    objects, problem = built(root, _render_spec(root, a, path, what, notes))
+    if problem:
+        why = f"it may yield Applications but its path did not render, so nothing it holds is: {problem}"
+        notes.append(Note(what, why))
         return []
     held: list[Found] = []
     others: Counter[str] = Counter()
-    for obj in rendered.objects:
-        body, prov = obj.manifest, obj.provenance
-        group, kind = str(body.get("apiVersion", "")).rpartition("/")[0], str(body.get("kind", ""))
-        child = Found(prov.file, prov.line, body)
-        if group.endswith(ARGO) and kind == "Application":
+    for child in objects:
+        if child.group.endswith(ARGO) and child.kind == "Application":
             held.append(child)
-        elif group.endswith(ARGO) and kind == "ApplicationSet":
+        elif child.group.endswith(ARGO) and child.kind == "ApplicationSet":
             generated, set_notes = appsets.expand(child, root)
             held += generated
             notes += set_notes
         else:
-            others[kind] += 1
+            others[child.kind] += 1
     if not held:
         return None
     notes.append(
@@ -196,7 +187,7 @@ def _render_spec(root: Path, a: Found, path: str, what: str, notes: list[Note]) 
         if k in source
     ]
     if not (root / path / "Chart.yaml").is_file():
-        return RenderSpec(cluster="import", paths=(path,))
+        return RenderSpec(cluster=CLUSTER, paths=(path,))
     helm = table(source, "helm")
     files: list[str] = []
     for f in helm.get("valueFiles") or ():
@@ -212,4 +203,4 @@ def _render_spec(root: Path, a: Found, path: str, what: str, notes: list[Note]) 
         values_files=tuple(files),
         values=json.dumps(values, sort_keys=True) if values else "",
     )
-    return RenderSpec(cluster="import", paths=(path,), helm=settings)
+    return RenderSpec(cluster=CLUSTER, paths=(path,), helm=settings)

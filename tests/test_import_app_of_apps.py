@@ -148,13 +148,16 @@ spec:
     )
     files = {
         "root.yaml": root,
-        "parents/kustomization.yaml": "resources: [team-a.yaml]\nnamePrefix: prod-\n",
+        "parents/kustomization.yaml": "resources: [team-a.yaml, db.yaml]\nnamePrefix: prod-\n",
         "parents/team-a.yaml": child,
+        "parents/db.yaml": leaf.replace("name: web", "name: db"),
         "teams/a/web.yaml": leaf,  # a plain directory of Applications: read as the agent reads it
         "web/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\n",
     }
     text, apps = _imported(_tree(tmp_path, files))
-    assert set(apps) == {"web"}, apps  # team-apps is a parent too, once, by its rendered name
+    # As the kustomization yields them (renamed), never also as read from their files: team-apps
+    # is a parent too, followed once.
+    assert set(apps) == {"web", "prod-db"}, apps
     chain = "Application argocd/root > Application argocd/prod-team-apps"
     assert f"# from Application argocd/web (teams/a/web.yaml), yielded by the app of apps {chain}" in text
 

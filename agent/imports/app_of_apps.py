@@ -51,14 +51,16 @@ class Leaf:
 
 def leaves(root: Path, applications: list[Found], notes: list[Note]) -> list[Leaf]:
     """The apps among ``applications`` and among every Application their parents yield, once each
-    by name (Argo CD's identity of an Application): the one with the longest chain of parents wins
-    over the same object read from its file. A chart or kustomization yielding Applications that
-    no Application points at (its parent is made by ``argocd app create``) is a parent too."""
+    by name (Argo CD's identity of an Application). An Application in a file a parent's path
+    reaches is taken as that parent yields it (a kustomization may rename it), not as read. A
+    chart or kustomization yielding Applications that no Application points at (its parent is
+    made by ``argocd app create``) is a parent too."""
     found: dict[str, Leaf] = {}
-    named: set[str] = set()
+    named = {p for a in applications if (p := _path(a))}
 
     def visit(a: Found, chain: tuple[str, ...]) -> None:
-        named.add(repo_path(_source(a).get("path")))
+        if path := _path(a):
+            named.add(path)
         if a.label() in chain:
             notes.append(Note(f"{a.label()} yielded by {chain[-1]}", "it is a cycle: not followed"))
             return
@@ -74,10 +76,14 @@ def leaves(root: Path, applications: list[Found], notes: list[Note]) -> list[Lea
         for child in held:
             visit(child, (*chain, a.label()))
 
+    unnamed = _unnamed_parents(root, named)
+    parents = [p for a in applications if (p := _parent_path(root, a))] + unnamed
+    owned = {f for p in parents for f in _files(root, p)}
     for a in applications:
-        visit(a, ())
-    for path in _unnamed_parents(root, named):
-        if path in named:  # a parent met since points at it
+        if a.file not in owned:
+            visit(a, ())
+    for path in unnamed:
+        if path in named:  # an Application met since points at it
             continue
         notes.append(
             Note(
@@ -89,6 +95,27 @@ def leaves(root: Path, applications: list[Found], notes: list[Note]) -> list[Lea
         for child in _held(root, _parent(path), notes) or ():
             visit(child, (_parent(path).label(),))
     return list(found.values())
+
+
+def _path(a: Found) -> str:
+    """The repository path ``a`` renders ("": none, a chart of a Helm repository)."""
+    source = _source(a)
+    return repo_path(source["path"]) if source.get("path") and not source.get("chart") else ""
+
+
+def _files(root: Path, path: str) -> list[str]:
+    """The PATH-relative files ``path`` applies: its kustomization's, else every file under it."""
+    directory = (root / path).resolve()
+    if not directory.is_dir() or not directory.is_relative_to(root.resolve()):
+        return []
+    if kustomization_file(directory) is not None:
+        return sorted(reach(root, path, []).files)
+    top = root.resolve()
+    return [
+        p.relative_to(top).as_posix()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    ]
 
 
 def _unnamed_parents(root: Path, named: set[str]) -> list[str]:
@@ -121,19 +148,10 @@ def _parent(path: str) -> Found:
 
 def _parent_path(root: Path, a: Found) -> str:
     """``a``'s path in PATH when a file it reaches has ``kind: Application`` (or ApplicationSet)."""
-    source = _source(a)
-    if not source.get("path") or source.get("chart"):
-        return ""
-    path = repo_path(source["path"])
-    directory = (root / path).resolve()
-    if not directory.is_dir() or not directory.is_relative_to(root.resolve()):
-        return ""
-    if kustomization_file(directory) is not None:
-        files = [root.resolve() / f for f in reach(root, path, []).files]
-    else:
-        files = [p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()]
-    for file in files:
-        if file.is_file() and file.stat().st_size <= MAX_FILE_BYTES and _KINDS.search(file.read_bytes()):
+    path = _path(a)
+    for rel in _files(root, path) if path else ():
+        file = root / rel
+        if file.stat().st_size <= MAX_FILE_BYTES and _KINDS.search(file.read_bytes()):
             return path
     return ""
 

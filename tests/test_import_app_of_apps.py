@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from agent.cli.main import main
 from agent.config.load import parse_config
 from agent.imports import app_of_apps
 from agent.imports.argo_helm import values_of
@@ -208,3 +210,13 @@ def test_helm_parameters_are_set_over_values_as_helm_set_types_them(
     values = values_of({"valuesObject": {"a": {"c": 1}}, "parameters": parameters}, "Application x", notes)
     assert values == expected
     assert (noted in notes[0].why) if noted else not notes
+
+
+def test_the_command_imports_a_chart_of_applications_with_the_config_alone_on_stdout(tmp_path: Path) -> None:
+    files = {**CHART_OF_APPS, "apps/values.yaml": CHART_OF_APPS["apps/values.yaml"] + "prefix: example\n"}
+    result = CliRunner().invoke(main, ["import", "--from", "argocd", str(_tree(tmp_path, files))])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("# Imported by `gitops-agent import --from argocd`")
+    assert tomllib.loads(result.stdout)["apps"]
+    # Chart templates are Helm text, not YAML: not read as objects, so no warning about them.
+    assert result.stderr == "import: 2 app(s); 2 field(s) not carried over\n"  # the parent, twice

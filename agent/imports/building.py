@@ -7,20 +7,23 @@ Called by ``app_of_apps`` and ``flux``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from agent.errors import RenderError
 from agent.imports.reading import Found
 from agent.render.renderer import RenderSpec, render
+from agent.render.sops import SopsMode
 
 #: The cluster name an import's renders go by (a chart with no release name of its own takes it).
 CLUSTER = "import"
 
 
 def built(root: Path, spec: RenderSpec) -> tuple[list[Found], str]:
-    """The objects ``spec`` renders in ``root``, or none and why not (files and problems named)."""
+    """The objects ``spec`` renders in ``root``, or none and why not (files and problems named).
+    Encrypted files stay encrypted: an import holds no key and reads no secret."""
     try:
-        rendered = render(root, spec)
+        rendered = render(root, replace(spec, sops=SopsMode.SEAL))
     except RenderError as e:
         return [], "; ".join(str(p) for p in e.problems[:3])
     return [Found(o.provenance.file, o.provenance.line, o.manifest) for o in rendered.objects], ""

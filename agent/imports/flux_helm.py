@@ -38,8 +38,10 @@ def release_app(
     *,
     parents: Sequence[_Unit],
     source: Callable[[str], str],
+    built_by: str = "",
 ) -> App:
-    """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it."""
+    """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it;
+    ``built_by``: the path whose kustomize build ``r`` was read from (its patches applied)."""
     spec, what = r.spec, r.label()
     notes = other_fields(spec, _KNOWN, what, _NO_PEER)
     helm, app_source, paths = _chart(r, repos, source, notes)
@@ -59,7 +61,9 @@ def release_app(
                     "repository (values_files) or [apps.helm.values] (a Secret's: a SOPS-encrypted file)",
                 )
             )
-    settings: dict[str, Any] = {}
+    # Helm puts a chart's objects that name no namespace in the release's; the agent in
+    # default_namespace, so both are the release namespace.
+    settings: dict[str, Any] = {"default_namespace": namespace} if namespace != "default" else {}
     if (interval := duration(spec.get("interval"))) is not None:
         settings["reconcile_interval"] = interval
     install = table(spec, "install")
@@ -81,7 +85,15 @@ def release_app(
     if sa := spec.get("serviceAccountName"):
         settings["service_account"] = f"{r.namespace or 'flux-system'}/{sa}"
     patched = sorted({p for u in parents for p in u.reach.patched_by})
-    if patched:
+    if built_by:
+        notes.append(
+            Note(
+                f"{what}: the kustomize patches on the way from {built_by} as such",
+                f"they are applied: the release was read from the offline build of {built_by}, so its "
+                "values and version here are the patched ones (edit them here)",
+            )
+        )
+    elif patched:
         notes.append(
             Note(
                 f"{what}: patches of {', '.join(patched)}",

@@ -30,7 +30,15 @@ from agent.cli.common import (
 )
 from agent.cli.output import JSON, TABLE, output_option, results_json, to_json
 from agent.config.types import LogFormat, LogLevel, choices
-from agent.errors import AgentError, ConfigError, LocalClusterError, RenderError, SourceError
+from agent.errors import (
+    AgentError,
+    ChartError,
+    ChartProblem,
+    ConfigError,
+    LocalClusterError,
+    RenderError,
+    SourceError,
+)
 from agent.model import HealthState
 from agent.report.summary import format_summary
 
@@ -162,6 +170,7 @@ def render_cmd(
 
     from agent.plan.masking import mask_decrypted
     from agent.plan.release import render_release
+    from agent.reconcile.charts import chart_key, fetch_chart
     from agent.reconcile.stages import ClusterStages
     from agent.render.renderer import dump_stream, render, rendered_for
     from agent.source.checkout import reading
@@ -174,13 +183,19 @@ def render_cmd(
     stages = ClusterStages(cfg, cfg.cluster(cluster_name))
     try:
         if tree:
-            root, sha = Path(tree).resolve(), ""
+            root, sha, pin = Path(tree).resolve(), "", fetch_chart(cfg, app)
         else:
             rev = resolve_app(cfg, app, revision)
             root, sha = rev.tree, rev.sha
+            pin = rev.chart(*chart_key(app.helm)) if app.helm is not None and app.helm.repository else None
         # No cluster is asked: charts are rendered for the configured or pinned release.
         release = render_release(cfg.cluster(cluster_name))
         spec = replace(stages.spec_for(app), capabilities=None, kube_version=release.kube_version)
+        if app.helm is not None and app.helm.repository:  # the chart fetched from its repository
+            if pin is None or not pin.version or pin.error:
+                why = pin.error if pin is not None and pin.error else "it was not fetched"
+                raise ChartError(ChartProblem.UNREACHABLE, why, url=app.helm.repository)
+            spec = replace(spec, chart_dir=pin.directory)
         with reading(root) if sha else nullcontext(root):
             desired = render(root, spec, revision=sha)
         if rendered_for(desired) is not None:

@@ -14,12 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent.config.types import AppConfig, Config, HelmSettings
-from agent.model import Revision
+from agent.model import ChartPin, Revision
 from agent.reconcile.apps import cluster_apps
 from agent.render.tools import load_chart_yaml
 from agent.source.charts import ChartFetcher
 
-__all__ = ["ChartPolls", "chart_key", "chart_refusal", "of_app"]
+__all__ = ["ChartPolls", "chart_key", "chart_refusal", "fetch_chart", "of_app"]
 
 
 def chart_key(helm: HelmSettings) -> tuple[str, str, str]:
@@ -45,6 +45,15 @@ def chart_refusal(app: AppConfig, revision: Revision) -> tuple[str, str] | None:
     why = pin.error if pin is not None and pin.error else f"{wanted} was not fetched by the source's poll"
     kept = f"; {pin} stays in force" if pin is not None and pin.version else ""
     return f"{why}{kept}; nothing applied or pruned", str(pin) if pin is not None and pin.version else ""
+
+
+def fetch_chart(config: Config, app: AppConfig) -> ChartPin | None:
+    """``app``'s repository chart fetched now (a render of a local checkout has no source poll to
+    pin it); ``None`` for an app without one. A failed fetch is a pin with ``error`` set."""
+    if app.helm is None or not app.helm.repository:
+        return None
+    (pin,) = ChartPolls(config).fetcher.pins([app.helm])
+    return pin
 
 
 class ChartPolls:

@@ -159,7 +159,8 @@ class ChartHttp:
             req = urllib.request.Request(url, headers={"User-Agent": "gitops-agent", **sent}, method=method)
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
-                    return resp.status, dict(resp.headers.items()), self._read(resp, limit, shown, too_large)
+                    body = b"" if method == "HEAD" else self._read(resp, limit, shown, too_large)
+                    return resp.status, dict(resp.headers.items()), body
             except urllib.error.HTTPError as e:
                 with e:
                     if e.code == 304 or e.code in also:

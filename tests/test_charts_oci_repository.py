@@ -13,7 +13,7 @@ from agent.reconcile.charts import of_app
 from agent.run.due import DueReason
 from tests.agentkit import E2E, make_repo
 from tests.clusters import ClusterPool, kubectl
-from tests.ociregistry import Registry
+from tests.ociregistry import Registry, cosign_key_pair
 from tests.test_charts_repository import TIMING, Pass, config, configmap
 
 
@@ -98,3 +98,45 @@ def test_a_registry_refusing_the_credentials_fails_the_app_before_anything_is_ap
             "greeting": "private",
             "replicas": "3",
         }
+
+
+def test_with_verify_a_signed_chart_is_installed_and_an_unsigned_or_tampered_one_refused(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    cluster = cluster_pool["pool-a"]
+    ns = e2e.namespace("oci")
+    kubectl(cluster.kubeconfig, "create", "namespace", ns)
+    git = make_repo(tmp_path, {"values/web.yaml": "greeting: signed\n"})
+    key, public = cosign_key_pair(tmp_path / "keys", "key-password")
+    other, _ = cosign_key_pair(tmp_path / "other-keys", "other")
+    registry = Registry(tmp_path / "registry")
+    with registry.serve():
+        registry.sign("web", registry.push("web", "1.0.0"), key, "key-password")
+        trust = entry(registry, "verify = true", f'cosign_public_key_file = "{public}"')
+        agent = Pass(config(tmp_path, git, cluster.kubeconfig, ns, registry.url, "1.x", trust), e2e)
+        signed = agent.run(agent.poll())
+        assert signed.ok, signed.error  # type: ignore[attr-defined]
+        assert configmap(cluster.kubeconfig, ns)["version"] == "1.0.0"  # type: ignore[index]
+        requests = agent.charts.fetcher.requests
+        requests.clear()
+        agent.poll()  # verified once: the unchanged poll is the tag list alone
+        assert requests == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
+
+        def refused(why: str) -> None:
+            result = agent.run(agent.poll())
+            assert result.reason is FailureReason.CHART, result  # type: ignore[attr-defined]
+            assert "signature" in result.error and why in result.error  # type: ignore[attr-defined]
+            assert "web@1.0.0" in result.error  # type: ignore[attr-defined]
+            assert configmap(cluster.kubeconfig, ns)["version"] == "1.0.0"  # type: ignore[index]
+
+        registry.push("web", "1.1.0")  # unsigned
+        refused("is not signed")
+        registry.sign("web", registry.push("web", "1.2.0"), other, "other")  # another key's signature
+        refused("does not verify")
+        # Signed, then the tag re-pushed with other content before the agent reads it.
+        registry.sign("web", registry.push("web", "1.3.0"), key, "key-password")
+        registry.push("web", "1.3.0", data="tampered")
+        refused("is not signed")
+        registry.sign("web", registry.push("web", "1.4.0"), key, "key-password")
+        assert agent.run(agent.poll()).ok  # type: ignore[attr-defined]
+        assert configmap(cluster.kubeconfig, ns)["version"] == "1.4.0"  # type: ignore[index]

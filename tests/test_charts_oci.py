@@ -9,6 +9,8 @@ import base64
 import hashlib
 import json
 import os
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from agent.dev.pki import ensure_pki
 from agent.errors import ChartError, ChartProblem
 from agent.render.tools import load_chart_yaml
 from agent.source.charts import ChartFetcher
+from agent.source.oci import CHART_LAYER, HELM_CONFIG, OCI_MANIFEST
 from tests.ociregistry import Registry, TokenGate
 
 
@@ -190,3 +193,48 @@ def test_a_bearer_challenge_is_answered_with_a_token_for_the_credentials_and_the
         (tmp_path / "pw").write_text("wrong")
         e = failure(fetcher(tmp_path / "other", entry), h)
         assert e.problem is ChartProblem.UNAUTHORIZED and "wrong" not in str(e)
+
+
+def put_manifest(registry: Registry, name: str, tag: str, config_type: str, layer_type: str) -> None:
+    """An artifact pushed by hand (blobs, then the manifest): what `helm push` never writes."""
+    base = f"http://{registry.host}/v2/charts/{name}"
+    blobs = []
+    for body in (b"{}", b"not a chart"):
+        start = urllib.request.Request(f"{base}/blobs/uploads/", method="POST")
+        with urllib.request.urlopen(start) as resp:
+            location = urllib.parse.urljoin(base, resp.headers["Location"])
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        sep = "&" if "?" in location else "?"
+        put = urllib.request.Request(
+            f"{location}{sep}digest={digest}",
+            data=body,
+            method="PUT",
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        urllib.request.urlopen(put).close()
+        blobs.append({"digest": digest, "size": len(body)})
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": config_type, **blobs[0]},
+        "layers": [{"mediaType": layer_type, **blobs[1]}],
+    }
+    req = urllib.request.Request(
+        f"{base}/manifests/{tag}",
+        data=json.dumps(manifest).encode(),
+        method="PUT",
+        headers={"Content-Type": OCI_MANIFEST},
+    )
+    urllib.request.urlopen(req).close()
+
+
+def test_a_tag_that_is_not_a_helm_chart_is_refused_by_its_manifest(tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "registry")
+    with registry.serve():
+        put_manifest(registry, "web", "1.0.0", "application/vnd.oci.image.config.v1+json", CHART_LAYER)
+        put_manifest(registry, "db", "1.0.0", HELM_CONFIG, "application/vnd.oci.image.layer.v1.tar+gzip")
+        f = fetcher(tmp_path, plain(registry))
+        image = failure(f, helm(registry))
+        assert image.problem is ChartProblem.MANIFEST and "not a Helm chart" in str(image)
+        layerless = failure(f, helm(registry, chart="db"))
+        assert layerless.problem is ChartProblem.MANIFEST and "0 chart layers" in str(layerless)

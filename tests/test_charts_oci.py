@@ -61,7 +61,7 @@ def test_the_newest_matching_tag_is_fetched_once_and_an_unchanged_tag_list_is_on
         assert str(pin) == f"web@1.2.3 (sha256:{pin.digest[:12]})"
         f.requests.clear()
         assert f.fetch(helm(registry, "1.2.x")) == pin
-        assert f.requests == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
+        assert list(f.requests) == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
         # A version the constraint does not allow changes nothing; one it allows is the new pin.
         registry.push("web", "1.4.0")
         assert f.fetch(helm(registry, "1.2.x")) == pin
@@ -82,7 +82,7 @@ def test_an_exact_pin_asks_its_tag_with_one_head_and_follows_a_repush(tmp_path: 
         first = f.fetch(helm(registry, "1.0.0"))
         f.requests.clear()
         assert f.fetch(helm(registry, "1.0.0")) == first
-        assert f.requests == [f"HEAD http://{registry.host}/v2/charts/web/manifests/1.0.0"]
+        assert list(f.requests) == [f"HEAD http://{registry.host}/v2/charts/web/manifests/1.0.0"]
         registry.push("web", "1.0.0", data="again")  # the tag moved: read and stored again
         again = f.fetch(helm(registry, "1.0.0"))
         assert again.digest != first.digest and again.version == "1.0.0"

@@ -63,7 +63,7 @@ def test_an_oci_chart_installs_at_its_constraint_and_follows_matching_tags_only(
         requests = agent.charts.fetcher.requests
         requests.clear()
         agent.poll()  # unchanged: one request for the tag list, no manifest, no download
-        assert requests == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
+        assert list(requests) == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
 
     # The registry is down: the app fails with reason `chart` naming it; nothing is pruned.
     result = agent.run(agent.poll())
@@ -120,7 +120,7 @@ def test_with_verify_a_signed_chart_is_installed_and_an_unsigned_or_tampered_one
         requests = agent.charts.fetcher.requests
         requests.clear()
         agent.poll()  # verified once: the unchanged poll is the tag list alone
-        assert requests == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
+        assert list(requests) == [f"GET http://{registry.host}/v2/charts/web/tags/list"]
 
         def refused(why: str) -> None:
             result = agent.run(agent.poll())

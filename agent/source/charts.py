@@ -27,6 +27,7 @@ import tarfile
 import tempfile
 import threading
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -49,6 +50,8 @@ log = structlog.get_logger("agent.source.charts")
 MAX_INDEX_BYTES = 64 << 20
 #: Most files (and directories) a chart archive may unpack to.
 MAX_CHART_FILES = 10_000
+#: Requests kept in ``ChartFetcher.requests`` (the latest; a daemon polls for months).
+MAX_LOGGED_REQUESTS = 256
 _DEFAULT_REPOSITORY = HelmRepository(url="")
 #: Written last into an unpacked chart's directory: a directory without it is incomplete.
 _COMPLETE = ".complete"
@@ -99,8 +102,8 @@ class ChartFetcher:
         self._indexes: dict[str, _Index] = {}
         self._last: dict[Key, ChartPin] = {}
         self._lock = threading.Lock()
-        #: Requests made, for tests and the benchmark: (method, URL without query).
-        self.requests: list[str] = []
+        #: The latest requests made, for tests and the benchmark: (method, URL without query).
+        self.requests: deque[str] = deque(maxlen=MAX_LOGGED_REQUESTS)
         self._oci = OciCharts(self.requests)
 
     def pins(self, wanted: Iterable[HelmSettings]) -> tuple[ChartPin, ...]:

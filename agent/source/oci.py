@@ -28,6 +28,7 @@ import json
 import re
 import time
 import urllib.parse
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +105,7 @@ def _json(body: bytes, what: str, http: ChartHttp, problem: ChartProblem) -> dic
 class OciCharts:
     """Reads charts from OCI registries; keeps manifests by tag, tokens, verified signatures."""
 
-    def __init__(self, requests: list[str]) -> None:
+    def __init__(self, requests: deque[str]) -> None:
         #: Shared with ``ChartFetcher.requests``: (method, URL without query) of each request.
         self.requests = requests
         self._by_tag: dict[tuple[str, str, str], OciChart] = {}

@@ -19,6 +19,7 @@ from agent.config.types import HelmRepository, HelmSettings
 from agent.dev.pki import ensure_pki
 from agent.errors import ChartError, ChartProblem
 from agent.render.tools import load_chart_yaml
+from agent.source import oci
 from agent.source.charts import ChartFetcher
 from agent.source.oci import CHART_LAYER, HELM_CONFIG, OCI_MANIFEST
 from tests.ociregistry import Registry, TokenGate
@@ -238,3 +239,15 @@ def test_a_tag_that_is_not_a_helm_chart_is_refused_by_its_manifest(tmp_path: Pat
         assert image.problem is ChartProblem.MANIFEST and "not a Helm chart" in str(image)
         layerless = failure(f, helm(registry, chart="db"))
         assert layerless.problem is ChartProblem.MANIFEST and "0 chart layers" in str(layerless)
+
+
+def test_every_page_of_the_tag_list_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oci, "TAGS_PAGE", 2)
+    registry = Registry(tmp_path / "registry")
+    with registry.serve():
+        for v in ("1.0.0", "1.4.0", "1.1.0", "1.3.0", "0.9.0"):
+            registry.push("web", v)
+        f = fetcher(tmp_path, plain(registry))
+        assert f.fetch(helm(registry, "1.x")).version == "1.4.0"
+    tag_pages = [r for r in f.requests if r.endswith("/tags/list")]
+    assert len(tag_pages) == 3  # 2 + 2 + 1 tags, each page named by the previous one's Link

@@ -52,6 +52,8 @@ MAX_TAGS_BYTES = 16 << 20
 MAX_TOKEN_BYTES = 1 << 20
 MAX_SIGNATURE_BYTES = 1 << 20
 MAX_KEY_BYTES = 64 << 10
+#: Tags asked per page (``?n=``); 0: the registry's own page size (distribution's: all).
+TAGS_PAGE = 0
 #: Pages of a tag list followed (``Link: <...>; rel="next"``).
 MAX_TAG_PAGES = 100
 #: A token without ``expires_in`` lives this long (the distribution spec's default).
@@ -157,7 +159,7 @@ class OciCharts:
 
     def _tags(self, http: ChartHttp, ref: _Ref) -> list[str]:
         """Every tag of the repository, page after page."""
-        url, tags = ref.url("tags", "list"), []
+        url, tags = ref.url("tags", "list") + (f"?n={TAGS_PAGE}" if TAGS_PAGE else ""), []
         for _ in range(MAX_TAG_PAGES):
             status, answer, body = self._get(http, ref, url, MAX_TAGS_BYTES, ChartProblem.INDEX, also=(404,))
             if status == 404:

@@ -95,6 +95,10 @@ class ChartProblem(enum.StrEnum):
     DIGEST = "digest"
     #: The archive is too large, does not unpack, or holds a path or file type it may not.
     ARCHIVE = "archive"
+    #: OCI: the tag's manifest is not a Helm chart's (media types), or does not parse.
+    MANIFEST = "manifest"
+    #: ``verify = true``: the chart is unsigned, or its signature does not check out.
+    SIGNATURE = "signature"
 
 
 class ChartError(SourceError):

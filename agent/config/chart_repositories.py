@@ -1,4 +1,5 @@
-"""``[[helm_repositories]]``: credentials and trust for HTTP(S) chart repositories.
+"""``[[helm_repositories]]``: credentials and trust for HTTP(S) chart repositories and OCI
+registries (``oci://`` URLs: also ``docker_config_file`` and cosign's ``verify``).
 
 Called by ``load``. An app's `[apps.helm] repository` uses the entry whose ``url`` is the
 longest prefix of it (``agent.source.charts``); a repository no entry matches is read
@@ -27,8 +28,13 @@ def helm_repositories(raw: list[Any], path: str, file: str) -> tuple[HelmReposit
             ca_file=r.setting(HelmRepository, "ca_file", ""),
             insecure_skip_tls_verify=r.setting(HelmRepository, "insecure_skip_tls_verify", False),
             max_chart_bytes=r.setting(HelmRepository, "max_chart_bytes", HelmRepository.max_chart_bytes),
+            plain_http=r.setting(HelmRepository, "plain_http", False),
+            docker_config_file=r.setting(HelmRepository, "docker_config_file", ""),
+            verify=r.setting(HelmRepository, "verify", False),
+            cosign_public_key_file=r.setting(HelmRepository, "cosign_public_key_file", ""),
         )
         r.finish()
+        _check_oci_keys(r, entry)
         if entry.password_file and entry.password_env:
             raise r.error("password_env", "set either password_file or password_env, not both")
         if (entry.password_file or entry.password_env) and not entry.username:
@@ -37,3 +43,16 @@ def helm_repositories(raw: list[Any], path: str, file: str) -> tuple[HelmReposit
             raise ConfigError(f"{path}[{i}].url", f"{entry.url!r} is {path}[{twin}] already", file=file)
         found.append(entry)
     return tuple(found)
+
+
+def _check_oci_keys(r: TableReader, entry: HelmRepository) -> None:
+    """The keys only an OCI registry has, and ``verify`` with what it verifies against."""
+    oci = entry.url.startswith("oci://")
+    for key in ("plain_http", "docker_config_file", "cosign_public_key_file"):
+        if getattr(entry, key) and not oci:
+            raise r.error(key, "only for an oci:// url")
+    if entry.docker_config_file and entry.username:
+        raise r.error("docker_config_file", "set either username or docker_config_file, not both")
+    if entry.verify and not entry.cosign_public_key_file:
+        # keyring_file (`.prov` files of HTTP repositories) is not read yet: nothing to verify with.
+        raise r.error("verify", "needs cosign_public_key_file (an oci:// url)")

@@ -28,6 +28,8 @@ DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: An http:// or https:// URL with a host.
 HTTP_URL = re.compile(r"https?://[^\s/?#]+[^\s]*\Z")
+#: A chart repository: an http(s):// URL, or an OCI registry path ``oci://host[:port]/path``.
+CHART_REPO_URL = re.compile(r"(https?://[^\s/?#]+[^\s]*|oci://[^\s/?#]+(/[^\s?#]*)?)\Z")
 #: host:port, or ":port" (every address).
 LISTEN = re.compile(r"[^\s:]*:\d{1,5}\Z")
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.config.chart_versions import parse_constraint
-from agent.config.constraints import HTTP_URL, VAR_NAME, Parsed, Pattern, Size, accepts, declare
+from agent.config.constraints import CHART_REPO_URL, VAR_NAME, Parsed, Pattern, Size, accepts, declare
+
+_URL_MESSAGE = "must be an http://, https:// or oci:// URL, got {value!r}"
 
 
 @dataclass(frozen=True)
 class HelmSettings:
     """An app's `helm` table: a chart directory in Git, or (``repository``) a chart in an HTTP(S)
-    chart repository at the newest version ``version`` allows (docs/configuration.md)."""
+    chart repository or an OCI registry at the newest version ``version`` allows
+    (docs/configuration.md)."""
 
     #: With ``repository``: the chart's name in it; without: a directory in the app's source.
     chart: str = ""
@@ -19,8 +22,9 @@ class HelmSettings:
     namespace: str = ""
     #: Values files in the app's source, in order.
     values_files: tuple[str, ...] = ()
-    #: An HTTP(S) chart repository (its `index.yaml` is at ``<repository>/index.yaml``).
-    repository: str = declare("", Pattern(HTTP_URL, "must be an http:// or https:// URL, got {value!r}"))
+    #: An HTTP(S) chart repository (its `index.yaml` is at ``<repository>/index.yaml``), or
+    #: ``oci://host/path``: the chart is the OCI repository ``path/<chart>``, one tag a version.
+    repository: str = declare("", Pattern(CHART_REPO_URL, _URL_MESSAGE))
     #: A Helm version constraint (``1.2.x``, ``~1.2``, ``>=1.2, <2``, an exact version); "": the
     #: newest release (no prerelease), as ``helm pull`` picks.
     version: str = declare("", Parsed(parse_constraint))
@@ -32,11 +36,7 @@ class HelmSettings:
 class HelmRepository:
     """A `[[helm_repositories]]` entry: how to reach the chart repositories its ``url`` prefixes."""
 
-    url: str = field(
-        metadata=accepts(
-            Pattern(HTTP_URL, "must be an http:// or https:// URL, got {value!r}", optional=False)
-        )
-    )
+    url: str = field(metadata=accepts(Pattern(CHART_REPO_URL, _URL_MESSAGE, optional=False)))
     username: str = ""
     password_file: str = ""
     password_env: str = declare("", Pattern(VAR_NAME, "not an environment variable name: {value!r}"))
@@ -45,3 +45,12 @@ class HelmRepository:
     insecure_skip_tls_verify: bool = False
     #: Largest chart archive downloaded, and largest total of its unpacked files.
     max_chart_bytes: int = declare(20 << 20, Size(1 << 20))
+    #: OCI: the registry speaks plain HTTP (a registry on loopback or inside the cluster network).
+    plain_http: bool = False
+    #: OCI: a Docker ``config.json`` whose ``auths[<host>]`` gives the credentials (instead of
+    #: ``username``); read at every fetch, like ``password_file``.
+    docker_config_file: str = ""
+    #: Refuse a chart that is not signed by ``cosign_public_key_file`` (OCI), before any render.
+    verify: bool = False
+    #: OCI: PEM public key (ECDSA P-256) of `cosign sign --key`; checked offline, no transparency log.
+    cosign_public_key_file: str = ""

@@ -7,10 +7,11 @@ Called by ``flux``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agent.imports.common import depends, other_fields, table
+from agent.imports.flux_sources import oci_chart
 from agent.imports.model import App, Helm, HelmRepository, Note, duration, repo_path
 from agent.imports.reading import Found
 
@@ -39,12 +40,14 @@ def release_app(
     parents: Sequence[_Unit],
     source: Callable[[str], str],
     built_by: str = "",
+    ocis: Mapping[str, Found] | None = None,
 ) -> App:
     """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it;
-    ``built_by``: the path whose kustomize build ``r`` was read from (its patches applied)."""
+    ``built_by``: the path whose kustomize build ``r`` was read from (its patches applied);
+    ``ocis``: the tree's OCIRepository objects by name (``chartRef`` sources)."""
     spec, what = r.spec, r.label()
     notes = other_fields(spec, _KNOWN, what, _NO_PEER)
-    helm, app_source, paths = _chart(r, repos, source, notes)
+    helm, app_source, paths = _chart(r, repos, source, notes, ocis or {})
     namespace = str(spec.get("targetNamespace") or r.namespace or "default")
     release = str(
         spec.get("releaseName")
@@ -146,7 +149,11 @@ UNSUPPORTED = "unsupported:"
 
 
 def _chart(
-    r: Found, repos: dict[str, HelmRepository], source: Callable[[str], str], notes: list[Note]
+    r: Found,
+    repos: dict[str, HelmRepository],
+    source: Callable[[str], str],
+    notes: list[Note],
+    ocis: Mapping[str, Found],
 ) -> tuple[Helm, str, tuple[str, ...]]:
     """(chart, the app's Git source if the chart is in Git, the app's paths)."""
     what = r.label()
@@ -179,6 +186,9 @@ def _chart(
     if kind == "GitRepository":
         path = repo_path(spec.get("chart"))
         return Helm(chart=path, values_files=tuple(repo_path(f) for f in files)), source(name), (path,)
+    if kind == "OCIRepository" and (oci := ocis.get(name)) is not None:
+        repository, chart_name, version = oci_chart(oci, notes)
+        return Helm(chart=chart_name, repository=repository, version=version), "", ()
     why = f"{kind or 'its'} chart source is not supported: set [apps.helm] repository and chart"
     notes.append(Note(f"{what} chart sourceRef {kind} {name}", why))
     return Helm(chart=str(spec.get("chart", "")), repository=UNSUPPORTED), "", ()

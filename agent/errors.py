@@ -82,8 +82,6 @@ class ChartProblem(enum.StrEnum):
     #: A dependency of the chart is neither vendored nor fetchable: no repository, an unknown
     #: repository name, a ``file://`` path leaving the repository, a version its chart does not have.
     DEPENDENCY = "dependency"
-    #: ``verify = true``: the ``.prov`` file is missing, not signed by the keyring, or lists another digest.
-    SIGNATURE = "signature"
     #: No answer: connection refused or timed out, a name that does not resolve, a 5xx.
     UNREACHABLE = "unreachable"
     #: 401 or 403: credentials missing or refused.
@@ -100,6 +98,11 @@ class ChartProblem(enum.StrEnum):
     DIGEST = "digest"
     #: The archive is too large, does not unpack, or holds a path or file type it may not.
     ARCHIVE = "archive"
+    #: OCI: the tag's manifest is not a Helm chart's (media types), or does not parse.
+    MANIFEST = "manifest"
+    #: ``verify = true``: the chart is unsigned, or its signature does not check out (cosign for
+    #: OCI; the ``.prov`` file for HTTP(S): missing, not signed by the keyring, another digest).
+    SIGNATURE = "signature"
 
 
 class ChartError(SourceError):

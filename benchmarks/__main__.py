@@ -30,6 +30,7 @@ from agent.run import heap
 from benchmarks import (
     bench_apps,
     bench_capacity,
+    bench_charts,
     bench_corpus,
     bench_git,
     bench_health,
@@ -87,7 +88,19 @@ def main(argv: list[str] | None = None) -> int:
         "command",
         choices=[
             *KUBE_PARTS,
-            *("memory", "git", "isolation", "apps", "health", "page", "notify", "capacity", "corpus", "all"),
+            *(
+                "memory",
+                "git",
+                "isolation",
+                "apps",
+                "health",
+                "page",
+                "notify",
+                "capacity",
+                "corpus",
+                "charts",
+                "all",
+            ),
             "chaos",
         ],
     )
@@ -119,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capacity-objects", type=int, default=500, help="benchmark 11: objects per cluster")
     ap.add_argument("--capacity-apps", type=int, default=5, help="benchmark 11: apps per cluster")
     ap.add_argument("--corpus-reps", type=int, default=7, help="benchmark 12: timed renders per app and tool")
+    ap.add_argument(
+        "--charts-reps", type=int, default=7, help="benchmark 13: polls, and timed renders per chart"
+    )
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument(
@@ -205,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if cmd in ("corpus", "all"):
             results["corpus"] = bench_corpus.run(root, reps=args.corpus_reps)
+        if cmd in ("charts", "all"):
+            results["charts"] = bench_charts.run(root, reps=args.charts_reps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
@@ -215,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"{args.command}-{stamp}.md").write_text(text)
     if args.docs:
         docs = HERE.parent / "docs" / "benchmarks.md"
-        if args.command == "corpus" and docs.exists():  # its section alone, the other figures kept
+        if args.command in ("corpus", "charts") and docs.exists():  # its section alone, the others kept
             text = with_section(docs.read_text(), results)
         docs.write_text(text)
     print(f"\nwrote {args.out / f'{args.command}-{stamp}.json'} ({results['seconds']}s in all)")

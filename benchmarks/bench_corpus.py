@@ -30,7 +30,6 @@ from __future__ import annotations
 import gc
 import statistics
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -156,12 +155,6 @@ def format_steady_line(row: dict[str, Any]) -> str:
 # -- measuring -----------------------------------------------------------------------------------
 
 
-def _timed(step: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    step()
-    return time.perf_counter() - t0
-
-
 def _reference_step(app: str, work: Path, cluster: LocalCluster, kube_version: str) -> Callable[[], object]:
     if app in corpus.PLAIN:
         args = ["create", "--dry-run=client", "-o", "json", "--validate=false"]
@@ -192,14 +185,7 @@ def render_rows(
         desired = render(work, spec)  # warm-up (and the objects counted)
         reference_step()
         kinds |= {(o.key.group, o.key.kind) for o in desired.objects}
-        agent_s, reference_s = [], []
-        for r in range(reps):
-            if r % 2:
-                reference_s.append(_timed(reference_step))
-                agent_s.append(_timed(agent_step))
-            else:
-                agent_s.append(_timed(agent_step))
-                reference_s.append(_timed(reference_step))
+        agent_s, reference_s = h.alternating(agent_step, reference_step, reps)
         rows.append(render_row(app.name, len(desired.objects), agent_s, reference_s))
         print(format_render_line(rows[-1]), flush=True)
     return rows, len(kinds)

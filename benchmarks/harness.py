@@ -269,6 +269,29 @@ def ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
+def timed(step: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
+
+
+def alternating(
+    agent: Callable[[], object], reference: Callable[[], object], reps: int
+) -> tuple[list[float], list[float]]:
+    """``reps`` timings of each side, the two taking turns at going first (neither always runs on
+    the caches the other warmed)."""
+    agent_s: list[float] = []
+    reference_s: list[float] = []
+    for r in range(reps):
+        if r % 2:
+            reference_s.append(timed(reference))
+            agent_s.append(timed(agent))
+        else:
+            agent_s.append(timed(agent))
+            reference_s.append(timed(reference))
+    return agent_s, reference_s
+
+
 # -- kubectl ----------------------------------------------------------------------------------
 
 

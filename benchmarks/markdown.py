@@ -230,6 +230,8 @@ def render(results: dict[str, Any]) -> str:
         lines += capacity_section(results["capacity"])
     if "corpus" in results:
         lines += corpus_section(results)
+    if "charts" in results:
+        lines += charts_section(results)
     lines += [
         "## Reading these numbers",
         "",
@@ -538,11 +540,56 @@ def corpus_section(results: dict[str, Any]) -> list[str]:
     return [*lines, "", f"Requests of the {c['steady'][-1]['metric']} by resource: {by_resource}.", ""]
 
 
+CHARTS_HEADING = "## Charts from a repository"
+
+
+def charts_section(results: dict[str, Any]) -> list[str]:
+    """Benchmark 13: a poll of an unchanged chart repository, and a repository chart's render."""
+    c, m = results["charts"], results["machine"]
+    lines = [
+        f"{CHARTS_HEADING} ({', '.join(c['charts'])}, from `../shared/corpus`)",
+        "",
+        f"Run `python -m benchmarks charts --charts-reps {c['reps']}` on "
+        f"{results['started'][:19].replace('T', ' ')} UTC ({m['nproc']} CPUs, Python {m['python']}): the "
+        "corpus charts packaged with the pinned `helm package` into a chart repository on loopback "
+        "(as the demo serves one). Poll: the agent's fetch stage fetches them once, then polls the "
+        "unchanged repository; requests counted by the repository's server. Render: the fetched "
+        "chart as the agent renders a repository chart (its YAML dump excluded) against `helm template` "
+        f"of the same unpacked chart with the same flags, each warmed up once, then {c['reps']} runs "
+        "alternating which goes first; ratio of the medians (of the minimums beside) "
+        "(`benchmarks/bench_charts.py`).",
+        "",
+        "| poll | requests per poll | archives downloaded again | target |",
+        "|---|---|---|---|",
+    ]
+    for r in c["poll"]:
+        lines.append(
+            f"| {r['metric']} | {r['requests_per_poll']} | {r['downloads']} | {r['target']}: {_met(r)} |"
+        )
+    lines += [
+        "",
+        "| chart | objects | agent (median, min) | helm template (median, min) "
+        "| ratio (of minimums) | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in c["render"]:
+        a, ref = r["agent_seconds"], r["helm_seconds"]
+        lines.append(
+            f"| {r['chart']} | {r['objects']} | {a['median']:.3f} s, {a['min']:.3f} s "
+            f"| {ref['median']:.3f} s, {ref['min']:.3f} s | x{r['time_ratio']} (x{r['min_ratio']}) "
+            f"| {r['target']}: {_met(r)} |"
+        )
+    return [*lines, ""]
+
+
 def with_section(document: str, results: dict[str, Any]) -> str:
-    """``document`` (docs/benchmarks.md) with its corpus section replaced by ``results``', or added
-    before "Reading these numbers"; everything else kept as it is."""
-    section = "\n".join(corpus_section(results))
-    start = document.find(f"\n{CORPUS_HEADING}")
+    """``document`` (docs/benchmarks.md) with the section of ``results`` (corpus or charts)
+    replaced, or added before "Reading these numbers"; everything else kept as it is."""
+    heading, make = (
+        (CHARTS_HEADING, charts_section) if "charts" in results else (CORPUS_HEADING, corpus_section)
+    )
+    section = "\n".join(make(results))
+    start = document.find(f"\n{heading}")
     if start < 0:
         start = end = document.find("\n## Reading these numbers")
         if start < 0:

@@ -209,3 +209,26 @@ def test_the_longest_matching_url_prefix_names_the_entry() -> None:
     assert repository_for("https://charts.example.com/team/stable", (a, b)) is b
     assert repository_for("https://charts.example.com/teams", (a, b)) is a
     assert repository_for("https://other.example.com", (a, b)).url == ""
+
+
+def test_a_poll_asks_a_repository_for_its_index_once_however_many_charts_come_from_it(tmp_path: Path) -> None:
+    repo = ChartRepo(tmp_path / "repo")
+    repo.publish("web", "1.0.0")
+    repo.publish("api", "2.0.0")
+    with repo.serve():
+        f = fetcher(tmp_path)
+        wanted = [helm(repo, "1.x"), helm(repo, "2.x", chart="api"), helm(repo, "*")]
+        assert [p.version for p in f.pins(wanted)] == ["1.0.0", "2.0.0", "1.0.0"]
+        assert len(repo.requests("/index.yaml")) == 1
+        repo.log.clear()
+        f.pins(wanted)  # unchanged: one conditional request for all three, no archive
+        assert [(p, s) for _, p, s, _ in repo.log] == [("/index.yaml", 304)]
+        # Outside a poll, each fetch asks (a version published meanwhile is seen).
+        repo.publish("web", "1.1.0")
+        assert f.fetch(helm(repo, "1.x")).version == "1.1.0"
+        repo.log.clear()
+    with repo.serve():  # down: every chart of the repository fails, after one request
+        url = repo.url
+    down = [HelmSettings(chart=c, repository=url, version="*") for c in ("web", "api")]
+    pins = f.pins(down)
+    assert all(p.error for p in pins) and f.requests.count(f"GET {url}/index.yaml") == 1

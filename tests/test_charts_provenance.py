@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 
 from agent.config.types import HelmRepository, HelmSettings
-from agent.errors import ChartError, ChartProblem, ConfigError
+from agent.errors import ChartError, ChartProblem
 from agent.render.tools import load_chart_yaml
 from agent.source.charts import ChartFetcher
 from agent.source.provenance import signed_digest
 from tests.chartrepo import ChartRepo
 from tests.chartsign import SigningKey, signing_key
-from tests.test_config_helm_repo import load
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +89,3 @@ def test_the_signed_text_lists_the_archive_as_helm_writes_it() -> None:
     assert signed_digest(text, "web-1.0.0.tgz", load_chart_yaml) == "abc"
     assert signed_digest(text, "other.tgz", load_chart_yaml) == ""
     assert signed_digest("files:\n  web-1.0.0.tgz: sha256:abc\n", "web-1.0.0.tgz", load_chart_yaml) == ""
-
-
-def test_verify_needs_a_keyring_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="keyring_file"):
-        load(tmp_path, '[[helm_repositories]]\nurl = "https://charts.example.com"\nverify = true\n')

@@ -6,7 +6,11 @@ fails the app with reason `chart`, and nothing is applied or pruned."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import yaml
 
 from agent.config.load import load_config
 from agent.config.types import Config
@@ -22,6 +26,12 @@ from tests.clusters import ClusterPool, kubectl
 TIMING = Timing(1.0, 60.0, 0.0)
 
 
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 def config(
     tmp_path: Path, git: Repo, kubeconfig: Path, ns: str, url: str, version: str, extra: str = ""
 ) -> Config:
@@ -34,7 +44,8 @@ def config(
         "[[apps]]",
         'name = "web"',
         'cluster = "pool-a"',
-        f'default_namespace = "{ns}"',
+        # No default_namespace: the chart's ConfigMap names none, and goes to the release's
+        # namespace, as `helm install --namespace` puts it.
         "[apps.helm]",
         f'repository = "{url}"',
         'chart = "web"',
@@ -175,3 +186,31 @@ def test_a_repository_refusing_the_credentials_fails_the_app_before_anything_is_
             "greeting": "private",
             "replicas": "3",
         }
+
+
+def test_render_prints_a_repository_chart_without_a_cluster_from_the_source_or_a_local_checkout(
+    tmp_path: Path,
+) -> None:
+    git = make_repo(tmp_path, {"values/web.yaml": "greeting: from-git\n"})
+    checkout = tmp_path / "checkout"
+    (checkout / "values").mkdir(parents=True)
+    (checkout / "values" / "web.yaml").write_text("greeting: from-a-pr\n")
+    charts = ChartRepo(tmp_path / "charts")
+    for v in ("1.0.0", "1.1.0", "2.0.0"):
+        charts.publish("web", v)
+    missing = tmp_path / "no-such.kubeconfig"  # never read: render asks no cluster
+    with charts.serve():
+        cfg = config(tmp_path, git, missing, "web-ns", charts.url, "1.x")
+        args = ["render", "--config", str(tmp_path / "agent.toml"), "--cluster", "pool-a", "--app", "web"]
+        from_source = cli(*args)
+        from_checkout = cli(*args, "--path", str(checkout))
+    assert cfg.apps[0].helm is not None
+    assert from_source.returncode == 0, from_source.stderr
+    (cm,) = list(yaml.safe_load_all(from_source.stdout))
+    assert cm["data"] == {"version": "1.1.0", "greeting": "from-git", "replicas": "3"}
+    assert from_checkout.returncode == 0, from_checkout.stderr
+    assert yaml.safe_load(from_checkout.stdout)["data"]["greeting"] == "from-a-pr"
+    # The repository is gone: the chart cannot be fetched, and render says where it looked.
+    down = cli(*args)
+    assert down.returncode == 1 and not down.stdout
+    assert charts.url in down.stderr and "chart" in down.stderr

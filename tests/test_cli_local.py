@@ -23,7 +23,7 @@ def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_demo_applies_two_apps_and_a_new_commit_and_keeps_a_label_added_with_kubectl(tmp_path: Path) -> None:
+def test_demo_applies_apps_a_chart_release_and_a_commit_and_keeps_a_hand_label(tmp_path: Path) -> None:
     out = cli("demo", "--state-dir", str(tmp_path / "demo"))
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
@@ -44,8 +44,14 @@ def test_demo_applies_two_apps_and_a_new_commit_and_keeps_a_label_added_with_kub
     assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
         ("demo-a", "infra", "0", "2"),
         ("demo-a", "web", "0", "3"),
+        ("demo-a", "greeter", "0", "1"),
         ("demo-b", "demo-b", "0", "5"),
     ]
+    # The third app comes from the chart repository the demo serves: installed at 0.1.0 into its
+    # release namespace, then upgraded when 0.2.0 (matching "0.x") is published.
+    assert "created    ConfigMap/demo/greeter" in first
+    assert "configured ConfigMap/demo/greeter (changed: data.chart" in second
+    assert "demo-a app greeter: revision" in second and ", chart greeter@0.2.0 (sha256:" in second
     assert "kubectl label deployment web -n demo owner=alice" in second
     assert "✔ owner=alice is still on deployment/web in demo-a after the reconcile" in third
     # Stopped afterwards (no --keep): nothing left running.

@@ -75,6 +75,70 @@ def test_a_cluster_entry_with_a_repository_chart_is_an_app_of_its_own(tmp_path: 
     assert (app.name, app.implicit, app.paths, app.helm.chart) == ("a", True, (), "web")
 
 
+def test_an_oci_registry_takes_its_docker_config_and_cosign_key(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        """
+[clusters.helm]
+repository = "oci://registry.example.com:5000/charts/"
+chart = "web"
+version = "~1.2"
+
+[[helm_repositories]]
+url = "oci://registry.example.com:5000"
+docker_config_file = "/etc/agent/docker/config.json"
+verify = true
+cosign_public_key_file = "/etc/agent/cosign.pub"
+
+[[helm_repositories]]
+url = "oci://127.0.0.1:5000"
+plain_http = true
+""",
+    )
+    (app,) = cfg.apps  # type: ignore[attr-defined]
+    assert app.helm.repository == "oci://registry.example.com:5000/charts"
+    signed, local = cfg.helm_repositories  # type: ignore[attr-defined]
+    assert (signed.docker_config_file, signed.verify, signed.cosign_public_key_file) == (
+        "/etc/agent/docker/config.json",
+        True,
+        "/etc/agent/cosign.pub",
+    )
+    assert (local.plain_http, local.verify) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "message"),
+    [
+        (
+            '[[helm_repositories]]\nurl = "https://x"\ndocker_config_file = "c.json"\n',
+            "docker_config",
+            "oci://",
+        ),
+        ('[[helm_repositories]]\nurl = "https://x"\nplain_http = true\n', "plain_http", "oci://"),
+        ('[[helm_repositories]]\nurl = "oci://x"\nverify = true\n', "verify", "cosign_public_key_file"),
+        ('[[helm_repositories]]\nurl = "https://x"\nverify = true\n', "verify", "keyring_file"),
+        ('[[helm_repositories]]\nurl = "oci://x"\nkeyring_file = "k.gpg"\n', "keyring_file", "http(s)://"),
+        (
+            '[[helm_repositories]]\nurl = "https://x"\nname = "a"\n'
+            '[[helm_repositories]]\nurl = "https://y"\nname = "a"\n',
+            "helm_repositories[1].name",
+            "already",
+        ),
+        ('[[helm_repositories]]\nurl = "https://x"\nname = "@a"\n', "name", "not a repository name"),
+        (
+            '[[helm_repositories]]\nurl = "oci://x"\nusername = "u"\ndocker_config_file = "c"\n',
+            "docker_config_file",
+            "not both",
+        ),
+        ('[clusters.helm]\nrepository = "oci:/x"\nchart = "web"\n', "repository", "oci://"),
+    ],
+)
+def test_oci_only_keys_are_errors_elsewhere(tmp_path: Path, body: str, key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, 'path = "p"\n' + body if body.startswith("[[") else body)
+    assert key in str(e.value) and message in str(e.value)
+
+
 @pytest.mark.parametrize(
     ("body", "key", "message"),
     [

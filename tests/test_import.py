@@ -114,6 +114,21 @@ spec:
   dependsOn: [{name: ingress-nginx}]
   chart:
     spec: {chart: metrics, sourceRef: {kind: HelmRepository, name: registry}}
+---
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: OCIRepository
+metadata: {name: cert-manager, namespace: ingress-nginx}
+spec:
+  url: oci://quay.io/jetstack/charts/cert-manager
+  ref: {semver: "1.x"}
+  verify: {provider: cosign, secretRef: {name: cosign-pub}}
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: cert-manager, namespace: ingress-nginx}
+spec:
+  chartRef: {kind: OCIRepository, name: cert-manager}
+  values: {crds: {enabled: true}}
 """,
     "apps/production/kustomization.yaml": """
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -287,13 +302,23 @@ def test_flux_helm_releases_become_chart_apps_from_their_helm_repositories(tmp_p
     }
     assert nginx["create_namespace"] is True and nginx["drift"] == "report"
     assert nginx["depends_on"] == ["infra-controllers"] and nginx["reconcile_interval"] == "30m"
-    # A chart in an OCI registry cannot be fetched yet: the app and its registry are written
-    # commented out (ready to uncomment), so the rest loads.
-    assert ("production", "metrics") not in _apps(data)
-    assert "app 'metrics' is written commented out because its chart is in an OCI registry" in text
-    assert '# release_name = "metrics-release"' in text
-    assert [r["url"] for r in data["helm_repositories"]] == ["https://kubernetes.github.io/ingress-nginx"]
-    assert '# url = "oci://ghcr.io/example/charts"' in text
+    # Charts in OCI registries: a HelmRepository of type oci, and an OCIRepository a chartRef
+    # names (its URL is the chart's artifact: the repository is the path above it).
+    metrics = _apps(data)[("production", "metrics")]
+    assert metrics["helm"]["repository"] == "oci://ghcr.io/example/charts"
+    assert (metrics["helm"]["chart"], metrics["helm"]["release_name"]) == ("metrics", "metrics-release")
+    assert [r["url"] for r in data["helm_repositories"]] == [
+        "https://kubernetes.github.io/ingress-nginx",
+        "oci://ghcr.io/example/charts",
+    ]
+    cert_manager = _apps(data)[("production", "cert-manager")]["helm"]
+    assert (cert_manager["repository"], cert_manager["chart"], cert_manager["version"]) == (
+        "oci://quay.io/jetstack/charts",
+        "cert-manager",
+        "1.x",
+    )
+    assert "OCIRepository ingress-nginx/cert-manager spec.verify because set verify = true" in text
+    assert "OCIRepository ingress-nginx/cert-manager (oci://" not in text  # a chart source, not a Git one
     # The kustomize patch of the release is not a second release.
     assert [a for a in data["apps"] if a["name"].startswith("ingress-nginx")] == [nginx], data["apps"]
     assert parse_config(data, base_dir=tmp_path).apps

@@ -30,7 +30,15 @@ from agent.cli.common import (
 )
 from agent.cli.output import JSON, TABLE, output_option, results_json, to_json
 from agent.config.types import LogFormat, LogLevel, choices
-from agent.errors import AgentError, ConfigError, LocalClusterError, RenderError, SourceError
+from agent.errors import (
+    AgentError,
+    ChartError,
+    ChartProblem,
+    ConfigError,
+    LocalClusterError,
+    RenderError,
+    SourceError,
+)
 from agent.model import HealthState
 from agent.report.summary import format_summary
 
@@ -162,7 +170,7 @@ def render_cmd(
 
     from agent.plan.masking import mask_decrypted
     from agent.plan.release import render_release
-    from agent.reconcile.charts import with_charts
+    from agent.reconcile.charts import chart_key, fetch_chart, with_pin
     from agent.reconcile.stages import ClusterStages
     from agent.render.renderer import dump_stream, render, rendered_for
     from agent.source.checkout import reading
@@ -174,12 +182,23 @@ def render_cmd(
     (app,) = select_apps(cfg, cluster_name, app_name, command="render", one=True)
     stages = ClusterStages(cfg, cfg.cluster(cluster_name))
     try:
-        rev = None if tree else resolve_app(cfg, app, revision)
-        root, sha = (rev.tree, rev.sha) if rev is not None else (Path(tree or ".").resolve(), "")
+        if tree:
+            root, sha = Path(tree).resolve(), ""
+            pin = fetch_chart(cfg, app, root)
+        else:
+            rev = resolve_app(cfg, app, revision)
+            root, sha = rev.tree, rev.sha
+            pin = rev.chart(*chart_key(app.helm)) if app.helm is not None and app.helm.chart else None
         # No cluster is asked: charts are rendered for the configured or pinned release.
         release = render_release(cfg.cluster(cluster_name))
         spec = replace(stages.spec_for(app), capabilities=None, kube_version=release.kube_version)
-        spec = with_charts(spec, app, rev) if rev is not None else spec  # as the source's poll pinned them
+        # The chart fetched from its repository, or a chart in Git with its dependencies fetched.
+        if app.helm is not None and (app.helm.repository or pin is not None):
+            if pin is None or not pin.version or pin.error:
+                why = pin.error if pin is not None and pin.error else "it was not fetched"
+                problem = ChartProblem.UNREACHABLE if app.helm.repository else ChartProblem.DEPENDENCY
+                raise ChartError(problem, why, url=app.helm.repository)
+            spec = with_pin(spec, app, pin)
         with reading(root) if sha else nullcontext(root):
             desired = render(root, spec, revision=sha)
         if rendered_for(desired) is not None:

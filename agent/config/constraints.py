@@ -30,6 +30,8 @@ VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: An http:// or https:// URL with a host.
 HTTP_URL = re.compile(r"https?://[^\s/?#]+[^\s]*\Z")
+#: A chart repository: an http(s):// URL, or an OCI registry path ``oci://host[:port]/path``.
+CHART_REPO_URL = re.compile(r"(https?://[^\s/?#]+[^\s]*|oci://[^\s/?#]+(/[^\s?#]*)?)\Z")
 #: host:port, or ":port" (every address).
 LISTEN = re.compile(r"[^\s:]*:\d{1,5}\Z")
 

@@ -15,16 +15,21 @@ Also the fixture the end-to-end tests reuse (``commit_directory``).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 
 from agent.config.load import load_config
 from agent.model import ClusterResult, Outcome
 from agent.run.fleet import Fleet
+
+if TYPE_CHECKING:
+    from agent.dev.chartrepo import ChartRepository
 
 SAMPLE = Path(__file__).resolve().parent / "sample"
 CLUSTERS = ("demo-a", "demo-b")
@@ -33,6 +38,10 @@ REGIONS = {"demo-a": "eu-west", "demo-b": "us-east"}
 APPS_CLUSTER = "demo-a"
 #: The label a person adds by hand, and the object it goes on (``web``'s Deployment on ``demo-a``).
 HAND_LABEL = ("owner", "alice")
+#: The third app on ``demo-a``: a chart from the repository the demo serves, and its constraint.
+CHART = ("greeter", "0.x")
+#: The releases the demo publishes: the first before the first reconcile, the second before the next.
+CHART_RELEASES = ("0.1.0", "0.2.0")
 LABELLED = ("deployment", "demo", "web")
 
 
@@ -59,7 +68,8 @@ def commit_directory(repo_dir: Path, source: Path, message: str, *, branch: str 
     return str(oid)
 
 
-def write_config(state: Path, repo: Path, kubeconfigs: dict[str, Path]) -> Path:
+def write_config(state: Path, repo: Path, kubeconfigs: dict[str, Path], charts: str = "") -> Path:
+    """The demo's config; ``charts``: the URL of the chart repository its third app installs from."""
     lines = [
         "[agent]",
         'name = "gitops-agent"',
@@ -97,6 +107,19 @@ def write_config(state: Path, repo: Path, kubeconfigs: dict[str, Path]) -> Path:
         'depends_on = ["infra"]',
         "",
     ]
+    if charts:
+        lines += [
+            "[[apps]]",
+            f'name = "{CHART[0]}"',
+            f'cluster = "{APPS_CLUSTER}"',
+            'depends_on = ["infra"]',
+            "[apps.helm]",
+            f'repository = "{charts}"',
+            f'chart = "{CHART[0]}"',
+            f'version = "{CHART[1]}"  # a constraint: a newly published 0.x release is a new revision',
+            'namespace = "demo"',
+            "",
+        ]
     path = state / "config.toml"
     path.write_text("\n".join(lines))
     return path
@@ -108,7 +131,9 @@ def describe(results: list[ClusterResult]) -> list[str]:
     for r in results:
         where = r.cluster if not r.app or r.app == r.cluster else f"{r.cluster} app {r.app}"
         lines.append(
-            f"{where}: revision {r.revision[:12]}, {r.count(Outcome.UNCHANGED)} unchanged"
+            f"{where}: revision {r.revision[:12]}"
+            + (f", chart {r.chart}" if r.chart else "")
+            + f", {r.count(Outcome.UNCHANGED)} unchanged"
             + (f", error: {r.error}" if r.error else "")
         )
         for res in r.results:
@@ -144,9 +169,8 @@ def _hand_label_value(kubeconfig: Path) -> str | None:
 
 def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = print) -> bool:
     from agent.dev import localcluster
+    from agent.dev.chartrepo import ChartRepository
     from agent.render.binaries import bin_dir
-    from agent.report.summary import format_summary
-    from agent.source.git import GitSource
 
     state.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -155,53 +179,79 @@ def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = p
     echo("• starting two local clusters: " + ", ".join(CLUSTERS))
     kubeconfigs = {name: localcluster.start(name, state / "clusters").kubeconfig for name in CLUSTERS}
     try:
-        repo = state / "fleet.git"
-        if repo.exists():
-            import shutil
-
-            shutil.rmtree(repo)
-        sha1 = commit_directory(repo, SAMPLE / "v1", "Deploy web and cluster-info to every cluster")
-        echo(f"• sample repository {repo} at {sha1[:12]}")
-        echo(
-            f"• {APPS_CLUSTER} serves two apps, each with its own inventory: infra, then web "
-            f"(depends_on infra); {CLUSTERS[1]} is one entry with paths, as a config without apps"
-        )
-        cfg = load_config(write_config(state, repo, kubeconfigs))
-        source = GitSource.from_config(cfg)
-        fleet = Fleet(cfg)
-        first = fleet.reconcile_all(source.poll())
-        echo("\n== first reconcile ==")
-        echo(format_summary(first))
-        echo("\n".join(describe(first)))
-        sha2 = commit_directory(
-            repo, SAMPLE / "v2", "Bump nginx, new greeting, add feature-flags, drop legacy-settings"
-        )
-        echo(f"\n• new commit {sha2[:12]}: image bump, changed ConfigMap, one object added, one removed")
-        second = fleet.reconcile_all(source.poll())
-        echo("\n== second reconcile ==")
-        echo(format_summary(second))
-        echo("\n".join(describe(second)))
-        kind, ns, name = LABELLED
-        label = "=".join(HAND_LABEL)
-        echo(f"\n• by hand, on {APPS_CLUSTER}: kubectl label {kind} {name} -n {ns} {label}")
-        _kubectl(kubeconfigs[APPS_CLUSTER], "label", kind, name, "-n", ns, label)
-        third = fleet.reconcile_all(source.poll())
-        echo("\n== third reconcile (nothing changed in Git; a label was added by hand) ==")
-        echo(format_summary(third))
-        kept = _hand_label_value(kubeconfigs[APPS_CLUSTER]) == HAND_LABEL[1]
-        if kept:
-            echo(
-                f"\n✔ {label} is still on {kind}/{name} in {APPS_CLUSTER} after the reconcile: the agent "
-                "applies only the fields Git declares, so what others add survives every reconcile."
-            )
-        else:
-            echo(f"\n✘ {label} is gone from {kind}/{name} in {APPS_CLUSTER}: the reconcile reverted it.")
-        fleet.close()
+        if (state / "charts").exists():
+            shutil.rmtree(state / "charts")
+        with ChartRepository(state / "charts").serve() as charts:
+            ok = _reconciles(state, kubeconfigs, charts, echo)
         echo(f"\ndone in {time.monotonic() - t0:.1f}s; config: {state / 'config.toml'}")
-        return kept and all(r.ok for r in first + second + third)
+        return ok
     finally:
         if keep:
             echo("clusters left running; kubeconfigs: " + ", ".join(str(p) for p in kubeconfigs.values()))
         else:
             for name in CLUSTERS:
                 localcluster.stop(name, state / "clusters")
+
+
+def _reconciles(
+    state: Path, kubeconfigs: dict[str, Path], charts: ChartRepository, echo: Callable[[str], None]
+) -> bool:
+    """The demo's three reconciles: the first commit, the second with a new chart release, and
+    one after a label added by hand. True when all succeeded and the label survived."""
+    from agent.reconcile.charts import ChartPolls
+    from agent.report.summary import format_summary
+    from agent.source.git import GitSource
+
+    repo = state / "fleet.git"
+    if repo.exists():
+        shutil.rmtree(repo)
+    sha1 = commit_directory(repo, SAMPLE / "v1", "Deploy web and cluster-info to every cluster")
+    echo(f"• sample repository {repo} at {sha1[:12]}")
+    chart, constraint = CHART
+    charts.package(SAMPLE / "chart" / chart, CHART_RELEASES[0])
+    echo(f"• chart repository {charts.url} serves {chart} {CHART_RELEASES[0]}")
+    echo(
+        f"• {APPS_CLUSTER} serves three apps, each with its own inventory: infra, then web and {chart} "
+        f"(depends_on infra; {chart} is chart {chart!r} at version {constraint!r} from that repository); "
+        f"{CLUSTERS[1]} is one entry with paths, as a config without apps"
+    )
+    cfg = load_config(write_config(state, repo, kubeconfigs, charts.url))
+    source, pins = GitSource.from_config(cfg), ChartPolls(cfg)
+    fleet = Fleet(cfg)
+
+    def reconcile(title: str) -> list[ClusterResult]:
+        results = fleet.reconcile_all(pins.attach(source.name, source.poll()))
+        echo(f"\n== {title} ==")
+        echo(format_summary(results))
+        return results
+
+    try:
+        first = reconcile("first reconcile")
+        echo("\n".join(describe(first)))
+        sha2 = commit_directory(
+            repo, SAMPLE / "v2", "Bump nginx, new greeting, add feature-flags, drop legacy-settings"
+        )
+        charts.package(SAMPLE / "chart" / chart, CHART_RELEASES[1])
+        echo(f"\n• new commit {sha2[:12]}: image bump, changed ConfigMap, one object added, one removed")
+        echo(
+            f"• {chart} {CHART_RELEASES[1]} published: it matches {constraint!r}, "
+            f"so it is {chart}'s next revision"
+        )
+        second = reconcile("second reconcile")
+        echo("\n".join(describe(second)))
+        kind, ns, name = LABELLED
+        label = "=".join(HAND_LABEL)
+        echo(f"\n• by hand, on {APPS_CLUSTER}: kubectl label {kind} {name} -n {ns} {label}")
+        _kubectl(kubeconfigs[APPS_CLUSTER], "label", kind, name, "-n", ns, label)
+        third = reconcile("third reconcile (nothing changed in Git; a label was added by hand)")
+    finally:
+        fleet.close()
+    kept = _hand_label_value(kubeconfigs[APPS_CLUSTER]) == HAND_LABEL[1]
+    if kept:
+        echo(
+            f"\n✔ {label} is still on {kind}/{name} in {APPS_CLUSTER} after the reconcile: the agent "
+            "applies only the fields Git declares, so what others add survives every reconcile."
+        )
+    else:
+        echo(f"\n✘ {label} is gone from {kind}/{name} in {APPS_CLUSTER}: the reconcile reverted it.")
+    return kept and all(r.ok for r in first + second + third)

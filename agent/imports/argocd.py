@@ -2,8 +2,8 @@
 each one an ``ApplicationSet`` generates) → an ``[[apps]]`` entry, its repositories →
 ``[[sources]]``/``[[helm_repositories]]``, each distinct destination → a ``[[clusters]]`` entry.
 
-Called by ``agent.cli.importer``. An app of apps (an Application whose path in PATH holds
-Applications) is not an app itself: the Applications it holds are, read from PATH.
+Called by ``agent.cli.importer``. An app of apps (an Application whose path in PATH yields
+Applications) is not an app itself: the Applications it yields are (``app_of_apps``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.imports import appsets
+from agent.imports.app_of_apps import Leaf, leaves
+from agent.imports.argo_helm import values_of
 from agent.imports.common import clusters_of, git_ref, other_fields, table
+from agent.imports.content import content_notes
 from agent.imports.model import (
     App,
     Helm,
@@ -27,13 +30,14 @@ from agent.imports.model import (
     repo_path,
     unique,
 )
-from agent.imports.reading import Found, documents, read_tree
+from agent.imports.reading import Found, read_tree
+from agent.render.kustomize import kustomization_file
 
 ARGO = "argoproj.io"
 IN_CLUSTER = ("https://kubernetes.default.svc", "in-cluster")
 _SPEC_KNOWN = ("source", "sources", "destination", "syncPolicy", "ignoreDifferences", "project")
 _SOURCE_KNOWN = ("repoURL", "path", "targetRevision", "chart", "helm", "ref", "directory")
-_HELM_KNOWN = ("valueFiles", "values", "valuesObject", "releaseName")
+_HELM_KNOWN = ("valueFiles", "values", "valuesObject", "releaseName", "parameters")
 _NO_PEER = "the agent has no equivalent"
 
 
@@ -91,16 +95,8 @@ def import_argocd(root: Path, *, cluster: str = "", kubeconfig: str = "") -> Imp
         applications += generated
         notes += set_notes
     apps: list[App] = []
-    for a in applications:
-        if (held := _app_of_apps(argo, a)) is not None:
-            notes.append(
-                Note(
-                    f"{a.label()} (path {held})",
-                    "it is an app of apps: the Applications it holds are imported, it is not",
-                )
-            )
-            continue
-        made = _application(argo, a)
+    for leaf in leaves(root, applications, notes):
+        made = _application(argo, leaf)
         if isinstance(made, Note):
             notes.append(made)
         else:
@@ -116,21 +112,8 @@ def import_argocd(root: Path, *, cluster: str = "", kubeconfig: str = "") -> Imp
     )
 
 
-def _app_of_apps(argo: _Argo, a: Found) -> str | None:
-    """The path in PATH of ``a`` when it holds Applications (an app of apps)."""
-    source = table(a.spec, "source")
-    path = repo_path(source.get("path")) if source.get("path") else ""
-    directory = argo.root / path
-    if not path or not directory.is_dir() or not directory.resolve().is_relative_to(argo.root.resolve()):
-        return None
-    for file in sorted(directory.rglob("*.y*ml")):
-        for d in documents(argo.root, file, []):
-            if isinstance(d.value, dict) and d.value.get("kind") in ("Application", "ApplicationSet"):
-                return path
-    return None
-
-
-def _application(argo: _Argo, a: Found) -> App | Note:
+def _application(argo: _Argo, leaf: Leaf) -> App | Note:
+    a = leaf.found
     spec, what = a.spec, a.label()
     notes = other_fields(spec, _SPEC_KNOWN, what, _NO_PEER)
     if spec.get("project") not in (None, "default"):
@@ -148,7 +131,7 @@ def _application(argo: _Argo, a: Found) -> App | Note:
     destination = table(spec, "destination")
     cluster = argo.cluster(destination)
     first = main[0]
-    helm, source_name, paths = _render(argo, first, refs, what, notes)
+    helm, source_name, paths = _render(argo, first, refs, a, notes)
     for extra in main[1:]:
         if extra.get("repoURL") == first.get("repoURL") and extra.get("path") and not extra.get("chart"):
             paths += (repo_path(extra["path"]),)
@@ -161,15 +144,19 @@ def _application(argo: _Argo, a: Found) -> App | Note:
             )
     namespace = str(destination.get("namespace", ""))
     settings = _sync(spec.get("syncPolicy"), what, notes)
+    for path in paths:
+        notes += content_notes(argo.root, path, what)
+    if helm is None and len(paths) == 1:
+        settings = {**settings, **_directory(argo.root, first, paths[0])}
+    if namespace:  # for a chart too: its objects that name no namespace go to default_namespace
+        settings = {"default_namespace": namespace, **settings}
     if namespace and helm is not None:
         helm = Helm(**{**helm.__dict__, "namespace": namespace})
-    elif namespace:
-        settings = {"default_namespace": namespace, **settings}
     return App(
         name=unique(label(a.name), argo.taken.setdefault(cluster, set())),
         cluster=cluster,
         source=source_name,
-        origin=f"{what} ({a.file})",
+        origin=leaf.origin(),
         paths=paths,
         settings=settings,
         helm=helm,
@@ -179,16 +166,19 @@ def _application(argo: _Argo, a: Found) -> App | Note:
 
 
 def _render(
-    argo: _Argo, s: dict[str, Any], refs: dict[str, dict[str, Any]], what: str, notes: list[Note]
+    argo: _Argo, s: dict[str, Any], refs: dict[str, dict[str, Any]], a: Found, notes: list[Note]
 ) -> tuple[Helm | None, str, tuple[str, ...]]:
-    """(helm settings, the app's Git source, its paths) of an Application's main source."""
+    """(helm settings, the app's Git source, its paths) of an Application's main source; the
+    release is named as Argo CD names it, ``releaseName`` or else the Application's name."""
+    what = a.label()
     notes += other_fields(s, _SOURCE_KNOWN, f"{what} source", _NO_PEER)
     helm_spec = table(s, "helm")
     notes += other_fields(helm_spec, _HELM_KNOWN, f"{what} source.helm", _NO_PEER)
     if isinstance(s.get("directory"), dict):
         notes += [Note(f"{what} source.directory.{k}", _NO_PEER) for k in s["directory"] if k != "recurse"]
     repo_url, revision = str(s.get("repoURL", "")), str(s.get("targetRevision", ""))
-    values = _values(helm_spec, what, notes)
+    values = values_of(helm_spec, what, notes)
+    release = str(helm_spec.get("releaseName") or a.name)
     if s.get("chart"):
         url = repo_url if "://" in repo_url else f"oci://{repo_url}"
         argo.repos.setdefault(url, HelmRepository(url))
@@ -197,7 +187,7 @@ def _render(
             chart=str(s["chart"]),
             repository=url,
             version=revision,
-            release_name=str(helm_spec.get("releaseName", "")),
+            release_name=release,
             values_files=files,
             values=values,
         )
@@ -219,7 +209,7 @@ def _render(
         ref_files, _ = _ref_values(argo, helm_spec, refs, what, notes, same_as=repo_url)
         helm = Helm(
             chart=path,
-            release_name=str(helm_spec.get("releaseName", "")),
+            release_name=release,
             values_files=files + ref_files,
             values=values,
         )
@@ -227,19 +217,16 @@ def _render(
     return None, git, (path,)
 
 
-def _values(helm_spec: dict[str, Any], what: str, notes: list[Note]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    if isinstance(text := helm_spec.get("values"), str) and text.strip():
-        from agent.render.manifests import Origin, parse_yaml
-
-        docs, problems = parse_yaml(text, Origin(f"{what} helm.values"), None)
-        if problems or not docs or not isinstance(docs[0].value, dict):
-            notes.append(Note(f"{what} source.helm.values", "it is not a YAML mapping the agent reads"))
-        else:
-            values.update(docs[0].value)
-    if isinstance(obj := helm_spec.get("valuesObject"), dict):
-        values.update(obj)
-    return values
+def _directory(root: Path, s: dict[str, Any], path: str) -> dict[str, Any]:
+    """Settings that make the agent read a plain directory as Argo CD does: without
+    ``directory.recurse`` Argo CD reads no sub-directory, the agent every one (``exclude``)."""
+    directory = root / path
+    if not directory.is_dir() or kustomization_file(directory) is not None:
+        return {}
+    recurse = table(s, "directory").get("recurse") is True
+    if recurse or not any(p.is_dir() and not p.name.startswith(".") for p in directory.iterdir()):
+        return {}
+    return {"exclude": [f"{path}/*/"] if path != "." else ["/*/"]}
 
 
 def _ref_values(

@@ -4,8 +4,10 @@
 
 Called by ``agent.cli.importer``. Which cluster an object serves is where Flux would apply it:
 the ``clusters/<name>/`` it sits in, or the cluster of a Kustomization whose path applies its file
-(followed through local kustomization resources, never built). A Kustomization that applies only
-Flux objects (``flux-system``, an app of apps) is not an app: the objects it applies are.
+(followed through local kustomization resources). A HelmRelease a kustomization patches is read
+from that path built offline (``building``), so the patched values and version are its own. A
+Kustomization that applies only Flux objects (``flux-system``, an app of apps) is not an app: the
+objects it applies are.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.imports import flux_helm
+from agent.imports.building import built_path
 from agent.imports.common import clusters_of, depends, other_fields, table
 from agent.imports.flux_sources import (
     artifact_copies,
@@ -96,13 +99,26 @@ def import_flux(root: Path, *, cluster: str = "", kubeconfig: str = "") -> Impor
     for u, c in ks_apps:
         apps.append(_kustomization_app(flux, u, c, names))
     repos = {h.name: helm_repository(h) for h in tree.of(FLUX, "HelmRepository")}
+    ocis = {o.name: o for o in tree.of(FLUX, "OCIRepository")}
     for r, c in releases:
         parents = [u for u, uc in ks_apps if uc == c and r.file in u.reach.files]
-        apps.append(flux_helm.release_app(r, c, names, repos, parents=parents, source=flux.source))
+        applying = [u for u in units if r.file in u.reach.files and c in placed.get(id(u.obj), ())]
+        patched, built_by = _as_patched(flux, r, applying)
+        apps.append(
+            flux_helm.release_app(
+                patched, c, names, repos, parents=parents, source=flux.source, built_by=built_by, ocis=ocis
+            )
+        )
     for u in units:
         if not _is_app(flux, u) and placed.get(id(u.obj)):
             flux.notes.append(_parent_note(flux, u))
-    flux.notes += [oci_note(o) for o in tree.of(FLUX, "OCIRepository")]
+    charts = {
+        str(ref.get("name", ""))
+        for r, _ in releases
+        if isinstance(ref := r.spec.get("chartRef"), dict) and ref.get("kind") == "OCIRepository"
+    }
+    # An OCIRepository no release takes its chart from (a Kustomization's sourceRef, say).
+    flux.notes += [oci_note(o) for name, o in ocis.items() if name not in charts]
     used = {a.helm.repository for a in apps if a.helm and a.helm.repository}
     return Imported(
         tool=Tool.FLUX,
@@ -126,6 +142,23 @@ def _releases(tree: Tree) -> list[Found]:
                 f"{r.file}: {r.label()} has no chart: read as a kustomize patch, not a release"
             )
     return found
+
+
+def _as_patched(flux: _Flux, r: Found, applying: list[_Unit]) -> tuple[Found, str]:
+    """``r`` as its Kustomization applies it when a kustomization on the way patches it (built
+    offline, as the agent builds it), and that Kustomization's path; else ``r`` and ""."""
+    for u in applying:
+        if not u.reach.patched_by:
+            continue
+        objects, problem = built_path(flux.tree.root, u.path)
+        if problem:
+            flux.tree.warnings.append(f"{u.obj.label()}: path {u.path} did not build: {problem}")
+            continue
+        same = [o for o in objects if o.kind == r.kind and o.group == r.group and o.name == r.name]
+        match = next((o for o in same if o.namespace == r.namespace), same[0] if same else None)
+        if match is not None:
+            return Found(r.file, r.line, match.body), u.path
+    return r, ""
 
 
 def _helm_repositories(repos: dict[str, HelmRepository], used: set[str]) -> tuple[HelmRepository, ...]:

@@ -7,10 +7,11 @@ Called by ``flux``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agent.imports.common import depends, other_fields, table
+from agent.imports.flux_sources import oci_chart
 from agent.imports.model import App, Helm, HelmRepository, Note, duration, repo_path
 from agent.imports.reading import Found
 
@@ -38,11 +39,15 @@ def release_app(
     *,
     parents: Sequence[_Unit],
     source: Callable[[str], str],
+    built_by: str = "",
+    ocis: Mapping[str, Found] | None = None,
 ) -> App:
-    """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it."""
+    """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it;
+    ``built_by``: the path whose kustomize build ``r`` was read from (its patches applied);
+    ``ocis``: the tree's OCIRepository objects by name (``chartRef`` sources)."""
     spec, what = r.spec, r.label()
     notes = other_fields(spec, _KNOWN, what, _NO_PEER)
-    helm, app_source, paths = _chart(r, repos, source, notes)
+    helm, app_source, paths = _chart(r, repos, source, notes, ocis or {})
     namespace = str(spec.get("targetNamespace") or r.namespace or "default")
     release = str(
         spec.get("releaseName")
@@ -59,7 +64,9 @@ def release_app(
                     "repository (values_files) or [apps.helm.values] (a Secret's: a SOPS-encrypted file)",
                 )
             )
-    settings: dict[str, Any] = {}
+    # Helm puts a chart's objects that name no namespace in the release's; the agent in
+    # default_namespace, so both are the release namespace.
+    settings: dict[str, Any] = {"default_namespace": namespace} if namespace != "default" else {}
     if (interval := duration(spec.get("interval"))) is not None:
         settings["reconcile_interval"] = interval
     install = table(spec, "install")
@@ -81,7 +88,15 @@ def release_app(
     if sa := spec.get("serviceAccountName"):
         settings["service_account"] = f"{r.namespace or 'flux-system'}/{sa}"
     patched = sorted({p for u in parents for p in u.reach.patched_by})
-    if patched:
+    if built_by:
+        notes.append(
+            Note(
+                f"{what}: the kustomize patches on the way from {built_by} as such",
+                f"they are applied: the release was read from the offline build of {built_by}, so its "
+                "values and version here are the patched ones (edit them here)",
+            )
+        )
+    elif patched:
         notes.append(
             Note(
                 f"{what}: patches of {', '.join(patched)}",
@@ -134,7 +149,11 @@ UNSUPPORTED = "unsupported:"
 
 
 def _chart(
-    r: Found, repos: dict[str, HelmRepository], source: Callable[[str], str], notes: list[Note]
+    r: Found,
+    repos: dict[str, HelmRepository],
+    source: Callable[[str], str],
+    notes: list[Note],
+    ocis: Mapping[str, Found],
 ) -> tuple[Helm, str, tuple[str, ...]]:
     """(chart, the app's Git source if the chart is in Git, the app's paths)."""
     what = r.label()
@@ -167,6 +186,9 @@ def _chart(
     if kind == "GitRepository":
         path = repo_path(spec.get("chart"))
         return Helm(chart=path, values_files=tuple(repo_path(f) for f in files)), source(name), (path,)
+    if kind == "OCIRepository" and (oci := ocis.get(name)) is not None:
+        repository, chart_name, version = oci_chart(oci, notes)
+        return Helm(chart=chart_name, repository=repository, version=version), "", ()
     why = f"{kind or 'its'} chart source is not supported: set [apps.helm] repository and chart"
     notes.append(Note(f"{what} chart sourceRef {kind} {name}", why))
     return Helm(chart=str(spec.get("chart", "")), repository=UNSUPPORTED), "", ()

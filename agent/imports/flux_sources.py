@@ -118,6 +118,34 @@ def helm_repository(repo: Found) -> HelmRepository:
     return HelmRepository(url=url, notes=tuple(notes))
 
 
+def oci_chart(repo: Found, notes: list[Note]) -> tuple[str, str, str]:
+    """An ``OCIRepository`` a HelmRelease's ``chartRef`` names, as ``[apps.helm]`` spells it:
+    (repository, chart, version). Its URL is the chart's own artifact (``oci://host/path/NAME``):
+    the agent's repository is the path above it, the chart its last segment."""
+    spec, what = repo.spec, repo.label()
+    url = str(spec.get("url", "")).rstrip("/")
+    repository, _, chart = url.rpartition("/")
+    ref = table(spec, "ref")
+    version = str(ref.get("semver") or ref.get("tag") or "")
+    for key in ("digest", "semverFilter"):
+        if ref.get(key):
+            notes.append(Note(f"{what} spec.ref.{key}", "a chart is chosen by version (semver or tag) only"))
+    for key, why in (
+        (
+            "secretRef",
+            "credentials go in a [[helm_repositories]] entry (username, password_file, docker_config_file)",
+        ),
+        ("verify", "set verify = true and cosign_public_key_file on a [[helm_repositories]] entry"),
+        ("insecure", "set plain_http = true on a [[helm_repositories]] entry"),
+        ("certSecretRef", "set ca_file on a [[helm_repositories]] entry"),
+        ("layerSelector", "the agent takes the Helm chart layer"),
+        ("provider", "cloud credentials: set docker_config_file on a [[helm_repositories]] entry"),
+    ):
+        if spec.get(key):
+            notes.append(Note(f"{what} spec.{key}", why))
+    return repository, chart, version
+
+
 def oci_note(repo: Found) -> Note:
     return Note(
         f"{repo.label()} ({repo.spec.get('url', '')})",

@@ -103,6 +103,8 @@ def read_tree(root: Path) -> Tree:
     patches = _patch_files(root, [p for p in files if p.name in _KUSTOMIZATIONS], tree.warnings)
     for path in files:
         rel = path.relative_to(root).as_posix()
+        if _chart_template(root, path):
+            continue  # Helm template text, not YAML: read when its chart renders (``app_of_apps``)
         if rel in patches:
             tree.warnings.append(f"{rel}: a kustomize patch ({patches[rel]}), not read as objects")
             continue
@@ -111,6 +113,16 @@ def read_tree(root: Path) -> Tree:
             if isinstance(value, dict) and isinstance(value.get("kind"), str) and "apiVersion" in value:
                 tree.objects.append(Found(path.relative_to(root).as_posix(), doc.line, value))
     return tree
+
+
+def _chart_template(root: Path, path: Path) -> bool:
+    """Whether ``path`` is under a chart's ``templates/`` (or its ``charts/``) directory."""
+    for parent in path.parents:
+        if parent == root or not parent.is_relative_to(root):
+            return False
+        if parent.name in ("templates", "charts") and (parent.parent / "Chart.yaml").is_file():
+            return True
+    return False
 
 
 def _patch_files(root: Path, kustomizations: list[Path], warnings: list[str]) -> dict[str, str]:

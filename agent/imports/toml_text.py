@@ -28,11 +28,7 @@ def toml_text(imported: Imported, *, path: str) -> str:
     for s in imported.sources:
         lines += ["", "[[sources]]", *_pairs(_source_keys(s.__dict__)), *_comments(s.notes)]
     for r in imported.helm_repositories:
-        entry = ["[[helm_repositories]]", _pair("url", r.url)]
-        if r.url.startswith("oci://"):  # written for when OCI registries are served; loads today
-            entry = ["# not carried over: an OCI registry, which the agent cannot fetch charts from yet"]
-            entry += [f"# {line}" for line in ("[[helm_repositories]]", _pair("url", r.url))]
-        lines += ["", *entry, *_comments(r.notes)]
+        lines += ["", "[[helm_repositories]]", _pair("url", r.url), *_comments(r.notes)]
     for c in imported.clusters:
         lines += ["", "[[clusters]]", _pair("name", c.name), _pair("kubeconfig", c.kubeconfig)]
         if c.kubeconfig == KUBECONFIG_PLACEHOLDER.format(name=c.name):
@@ -53,11 +49,7 @@ def toml_text(imported: Imported, *, path: str) -> str:
 
 def _unsupported(a: App) -> str:
     """Why an app cannot load with this agent yet (its chart's source), or ""."""
-    if a.unsupported:
-        return a.unsupported
-    if a.helm is not None and a.helm.repository.startswith("oci://"):
-        return f"its chart is in an OCI registry ({a.helm.repository}), which the agent cannot fetch yet"
-    return ""
+    return a.unsupported
 
 
 def _source_keys(s: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from agent.source import chart_cache
 from agent.source.chart_deps import DependencyBuilder, pin_of
 from agent.source.charts import ChartFetcher
 
-__all__ = ["ChartPolls", "chart_key", "chart_refusal", "of_app", "with_charts"]
+__all__ = ["ChartPolls", "chart_key", "chart_refusal", "fetch_chart", "of_app", "with_charts", "with_pin"]
 
 log = structlog.get_logger("agent.reconcile.charts")
 
@@ -49,11 +49,26 @@ def with_charts(spec: RenderSpec, app: AppConfig, revision: Revision) -> RenderS
     """``spec`` rendering the chart ``revision`` pinned for ``app``: a repository's (its
     directory in the cache), or a chart in Git built with its dependencies."""
     helm = app.helm
-    pin = revision.chart(*chart_key(helm)) if helm is not None and helm.chart else None
+    return with_pin(spec, app, revision.chart(*chart_key(helm)) if helm is not None and helm.chart else None)
+
+
+def with_pin(spec: RenderSpec, app: AppConfig, pin: ChartPin | None) -> RenderSpec:
+    """``spec`` rendering ``app``'s chart as ``pin`` has it (``None``, or one that failed: a
+    repository chart has no directory, a chart in Git renders from the checkout)."""
     good = pin.directory if pin is not None and pin.version and not pin.error else None
-    if helm is not None and helm.repository:
+    if app.helm is not None and app.helm.repository:
         return replace(spec, chart_dir=good)
     return replace(spec, chart_built=good) if good is not None else spec
+
+
+def fetch_chart(config: Config, app: AppConfig, tree: Path) -> ChartPin | None:
+    """``app``'s chart as a poll would pin it, fetched now for a checkout at ``tree`` (a render
+    of a local directory has no source poll to pin it): its repository chart, or its chart in
+    ``tree`` built with its dependencies; ``None`` when it has neither. A failure is a pin with
+    ``error`` set."""
+    if app.helm is None or not app.helm.chart:
+        return None
+    return ChartPolls(config).attach_helm([app.helm], Revision("", "", tree)).chart(*chart_key(app.helm))
 
 
 def chart_refusal(app: AppConfig, revision: Revision) -> tuple[str, str] | None:

@@ -345,7 +345,7 @@ class ClusterPipeline(ClusterStages):
             return
         try:
             run.desired = self.prepare(
-                run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
+                run.desired_set, run.store.id, default_namespace=namespaces.target_namespace(run.app)
             )
             self._check_scope(run)
             self.load_schema(run.desired)

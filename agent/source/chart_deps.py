@@ -12,9 +12,9 @@ reads that copy. How each entry is resolved:
   Helm's digest of the ``dependencies`` list (``lock_digest``): each entry at its locked version.
   A lock that does not match is stale: the constraints are resolved instead (the newest version
   each allows, as Helm's resolver picks it) and the pin says so (``ChartPin.notes``);
-* an ``http(s)://`` repository, or ``@name``/``alias:name`` naming a ``[[helm_repositories]]``
-  entry's ``name``: fetched through ``ChartFetcher`` (conditional index read, digest checked
-  against the index, bounded unpack, one copy per digest);
+* an ``http(s)://`` repository or ``oci://`` registry path, or ``@name``/``alias:name`` naming a
+  ``[[helm_repositories]]`` entry's ``name``: fetched through ``ChartFetcher`` (conditional index
+  read or tag list, digest checked, bounded unpack, one copy per digest);
 * ``file://PATH``: a chart directory that must stay inside the repository (for a fetched chart:
   inside the chart); no repository at all: it must be vendored.
 
@@ -366,10 +366,10 @@ class DependencyBuilder:
                 ChartProblem.DEPENDENCY, f"{what} names no repository and is not under charts/", url=""
             )
         url = self._named(dep, label).repository.rstrip("/")
-        if not url.startswith(("http://", "https://")):
+        if not url.startswith(("http://", "https://", "oci://")):
             raise ChartError(
                 ChartProblem.DEPENDENCY,
-                f"{what}: repository {dep.repository!r} is not http(s)://, file:// or a named repository",
+                f"{what}: repository {dep.repository!r} is not http(s)://, oci://, file:// or a name",
                 url="",
             )
         try:

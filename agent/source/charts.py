@@ -1,4 +1,5 @@
-"""Charts from HTTP(S) chart repositories, fetched beside the Git source, never by a render.
+"""Charts from HTTP(S) chart repositories and OCI registries, fetched beside the Git source,
+never by a render.
 
 ``ChartFetcher.pins`` is called after a source's poll for the charts its apps name
 (``[apps.helm] repository``): for each (repository, chart, constraint) it reads the
@@ -12,35 +13,34 @@ its ``ChartError`` message beside the last good version (kept in force, never pr
 Credentials (``[[helm_repositories]]``, matched by URL prefix) go only to the entry's own
 origin: a redirect or an archive URL elsewhere is asked without them. ``index.yaml`` is read
 with the loader the caller hands in (the render's bounded YAML loader: this stage may not
-import the render), after its size is capped.
+import the render), after its size is capped. An ``oci://`` repository is read by
+``source.oci`` (tags instead of an index, the chart layer's digest from its manifest) and
+stored the same way.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
 import hashlib
 import io
-import os
 import shutil
-import ssl
 import tarfile
 import tempfile
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import Any
 
 import structlog
 
-from agent.config.chart_versions import Version, newest, parse_constraint, parse_version
 from agent.config.types import HelmRepository, HelmSettings
 from agent.errors import ChartError, ChartProblem
 from agent.model import ChartPin
+from agent.source.chart_http import ChartHttp
+from agent.source.chart_pick import constraint_of, pick
+from agent.source.oci import OciCharts
 from agent.source.provenance import ProvenanceChecker
 
 __all__ = ["MAX_CHART_FILES", "MAX_INDEX_BYTES", "ChartFetcher", "repository_for"]
@@ -51,9 +51,8 @@ log = structlog.get_logger("agent.source.charts")
 MAX_INDEX_BYTES = 64 << 20
 #: Most files (and directories) a chart archive may unpack to.
 MAX_CHART_FILES = 10_000
-#: Redirects followed for one request.
-MAX_REDIRECTS = 5
-_REDIRECTS = (301, 302, 303, 307, 308)
+#: Requests kept in ``ChartFetcher.requests`` (the latest; a daemon polls for months).
+MAX_LOGGED_REQUESTS = 256
 _DEFAULT_REPOSITORY = HelmRepository(url="")
 #: Written last into an unpacked chart's directory: a directory without it is incomplete.
 _COMPLETE = ".complete"
@@ -86,119 +85,8 @@ class _Index:
     last_modified: str = ""
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    p = urllib.parse.urlsplit(url)
-    return (p.scheme, p.hostname or "", p.port)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Redirects are followed by ``_Http.get`` itself, deciding per hop whether credentials go."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class _Http:
-    """GETs to one repository with its trust and credentials, bounded in size."""
-
-    def __init__(self, repo: HelmRepository, url: str, timeout: float) -> None:
-        self.repo = repo
-        self.url = url  # the app's repository URL: every message names it
-        self.timeout = timeout
-        ctx: ssl.SSLContext | None = None
-        if url.startswith("https://") or repo.ca_file or repo.insecure_skip_tls_verify:
-            ctx = ssl.create_default_context(cafile=repo.ca_file or None)
-            if repo.insecure_skip_tls_verify:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-        self._opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=ctx))
-
-    def _authorization(self) -> str:
-        r = self.repo
-        if not r.username:
-            return ""
-        if r.password_file:
-            try:
-                password = Path(r.password_file).read_text("utf-8").rstrip("\r\n")
-            except OSError as e:
-                raise self.error(
-                    ChartProblem.UNAUTHORIZED, f"cannot read password_file: {e.strerror}"
-                ) from None
-        elif r.password_env:
-            if r.password_env not in os.environ:
-                raise self.error(
-                    ChartProblem.UNAUTHORIZED, f"environment variable {r.password_env} is not set"
-                )
-            password = os.environ[r.password_env]
-        else:
-            password = ""
-        token = base64.b64encode(f"{r.username}:{password}".encode()).decode()
-        return f"Basic {token}"
-
-    def error(self, problem: ChartProblem, message: str) -> ChartError:
-        return ChartError(problem, message, url=self.url)
-
-    def get(
-        self,
-        url: str,
-        limit: int,
-        headers: dict[str, str] | None = None,
-        *,
-        too_large: ChartProblem = ChartProblem.ARCHIVE,
-    ) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers, body) of ``url``: 200 or 304; anything else raises ``ChartError``."""
-        auth = self._authorization()
-        trusted = _origin(self.repo.url) if self.repo.url else _origin(self.url)
-        shown = urllib.parse.urlsplit(url)._replace(query="", fragment="").geturl()
-        for _ in range(MAX_REDIRECTS + 1):
-            sent = dict(headers or {})
-            if auth and _origin(url) == trusted:
-                sent["Authorization"] = auth
-            req = urllib.request.Request(url, headers={"User-Agent": "gitops-agent", **sent})
-            try:
-                with self._opener.open(req, timeout=self.timeout) as resp:
-                    return resp.status, dict(resp.headers.items()), self._read(resp, limit, shown, too_large)
-            except urllib.error.HTTPError as e:
-                with e:
-                    if e.code == 304:
-                        return 304, dict(e.headers.items()), b""
-                    location = e.headers.get("Location") if e.code in _REDIRECTS else None
-                    if location:
-                        url = urllib.parse.urljoin(url, location)
-                        continue
-                    raise self._http_error(e.code, shown) from None
-            except urllib.error.URLError as e:
-                raise self._transport_error(e.reason, shown) from None
-            except OSError as e:  # TimeoutError and ssl.SSLError included
-                raise self._transport_error(e, shown) from None
-        raise self.error(ChartProblem.HTTP, f"GET {shown}: more than {MAX_REDIRECTS} redirects")
-
-    def _read(self, resp: IO[bytes], limit: int, shown: str, too_large: ChartProblem) -> bytes:
-        length = getattr(resp, "headers", {}).get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise self.error(too_large, f"GET {shown}: {length} bytes, more than the limit of {limit} bytes")
-        body = resp.read(limit + 1)
-        if len(body) > limit:
-            raise self.error(too_large, f"GET {shown}: more than the limit of {limit} bytes")
-        return body
-
-    def _http_error(self, code: int, shown: str) -> ChartError:
-        if code in (401, 403):
-            who = "credentials refused" if self.repo.username else "credentials required"
-            return self.error(ChartProblem.UNAUTHORIZED, f"GET {shown}: HTTP {code} ({who})")
-        if code >= 500:
-            return self.error(ChartProblem.UNREACHABLE, f"GET {shown}: HTTP {code}")
-        return self.error(ChartProblem.HTTP, f"GET {shown}: HTTP {code}")
-
-    def _transport_error(self, reason: object, shown: str) -> ChartError:
-        if isinstance(reason, ssl.SSLError | ssl.CertificateError):
-            return self.error(
-                ChartProblem.TLS, f"GET {shown}: TLS: {getattr(reason, 'reason', None) or reason}"
-            )
-        if isinstance(reason, TimeoutError):
-            return self.error(ChartProblem.UNREACHABLE, f"GET {shown}: timed out after {self.timeout:g}s")
-        text = getattr(reason, "strerror", None) or str(reason)
-        return self.error(ChartProblem.UNREACHABLE, f"GET {shown}: {text}")
+#: The indexes one poll has read, or why they could not be, by repository URL.
+Polled = dict[str, _Index | ChartError]
 
 
 class ChartFetcher:
@@ -219,8 +107,9 @@ class ChartFetcher:
         self._indexes: dict[str, _Index] = {}
         self._last: dict[Key, ChartPin] = {}
         self._lock = threading.Lock()
-        #: Requests made, for tests and the benchmark: (method, URL without query).
-        self.requests: list[str] = []
+        #: The latest requests made, for tests and the benchmark: (method, URL without query).
+        self.requests: deque[str] = deque(maxlen=MAX_LOGGED_REQUESTS)
+        self._oci = OciCharts(self.requests)
         self._provenance = ProvenanceChecker(load_index, timeout=timeout)
 
     def pins(self, wanted: Iterable[HelmSettings]) -> tuple[ChartPin, ...]:
@@ -228,16 +117,16 @@ class ChartFetcher:
         now, or the last good one with this fetch's error (``error`` set; no directory when
         there never was a good one)."""
         out: dict[Key, ChartPin] = {}
+        polled: Polled = {}  # one request per repository this poll, however many charts it serves
         for helm in wanted:
             if not helm.repository or key_of(helm) in out:
                 continue
             try:
-                pin = self.fetch(helm)
+                out[key_of(helm)] = self._checked(helm, polled)
             except ChartError as e:
                 log.warning("chart fetch failed; last good chart stays in force", url=e.url, error=str(e))
                 last = self._last.get(key_of(helm))
-                pin = replace(last, error=str(e)) if last else _failed(helm, str(e))
-            out[key_of(helm)] = pin
+                out[key_of(helm)] = replace(last, error=str(e)) if last else _failed(helm, str(e))
         return tuple(out.values())
 
     def last_good(self) -> tuple[ChartPin, ...]:
@@ -247,59 +136,66 @@ class ChartFetcher:
     def fetch(self, helm: HelmSettings) -> ChartPin:
         """The chart ``helm`` names at the newest version its constraint allows; ``ChartError``
         naming the repository and the constraint."""
+        return self._checked(helm, None)
+
+    def _checked(self, helm: HelmSettings, polled: Polled | None) -> ChartPin:
         try:
-            return self._fetch(helm)
+            return self._fetch(helm, polled)
         except ChartError as e:
             if e.constraint:
                 raise
             raise ChartError(e.problem, e.detail, url=e.url, constraint=helm.version or "*") from None
 
-    def _fetch(self, helm: HelmSettings) -> ChartPin:
+    def _fetch(self, helm: HelmSettings, polled: Polled | None) -> ChartPin:
         repo = repository_for(helm.repository, self.repositories)
-        http = _Http(repo, helm.repository, self.timeout)
-        try:
-            constraint = parse_constraint(helm.version)
-        except ValueError as e:  # the loader refuses these; a constraint built in code may not
-            raise ChartError(
-                ChartProblem.NO_MATCH, str(e), url=helm.repository, constraint=helm.version
-            ) from None
+        if helm.repository.startswith("oci://"):
+            return self._fetch_oci(helm, repo)
+        http = ChartHttp(repo, helm.repository, self.timeout)
+        constraint_of(helm)
         with self._lock:
-            index = self._index(http, helm.repository)
+            index = self._index(http, helm.repository, polled)
         entries = index.charts.get(helm.chart)
         if not entries:
             raise ChartError(
                 ChartProblem.INDEX, f"the index lists no chart {helm.chart!r}", url=helm.repository
             )
-        by_version: dict[str, tuple[Version, dict[str, Any]]] = {}
+        by_version: dict[str, dict[str, Any]] = {}
         for item in entries:
-            text = item.get("version")
-            if isinstance(text, str):
-                try:
-                    by_version.setdefault(text, (parse_version(text), item))
-                except ValueError:
-                    continue  # as Helm: an entry whose version is not semver is never picked
-        chosen = by_version.get(helm.version) if helm.version else None
-        if chosen is None:
-            best = newest(constraint, (v for v, _ in by_version.values()))
-            chosen = by_version.get(best.text) if best is not None else None
-        if chosen is None:
-            have = sorted(
-                (v for v, _ in by_version.values()), key=functools.cmp_to_key(Version.compare), reverse=True
-            )[:5]
-            listed = ", ".join(str(v) for v in have) or "none"
-            raise ChartError(
-                ChartProblem.NO_MATCH,
-                f"no version of chart {helm.chart!r} matches (newest: {listed})",
-                url=helm.repository,
-                constraint=str(constraint),
-            )
-        version, entry = chosen
-        pin = self._download(http, helm, str(version), entry, repo.max_chart_bytes)
+            if isinstance(text := item.get("version"), str):
+                by_version.setdefault(text, item)
+        version = pick(helm, by_version)
+        pin = self._download(http, helm, version, by_version[version], repo.max_chart_bytes)
         self._last[key_of(helm)] = pin
         return pin
 
-    def _index(self, http: _Http, url: str) -> _Index:
-        """The repository's index, asked again with its validators: a 304 reuses the parsed one."""
+    def _fetch_oci(self, helm: HelmSettings, repo: HelmRepository) -> ChartPin:
+        """The chart from its OCI repository: tags → version → manifest (signature checked when
+        ``verify``) → the chart layer, downloaded only for a digest not unpacked yet."""
+        http = ChartHttp(repo, helm.repository, self.timeout, tls=not repo.plain_http)
+        chart = self._oci.resolve(http, helm)
+        pin = self._store(helm, chart.version, chart.digest, lambda: self._oci.blob(http, helm, chart))
+        self._last[key_of(helm)] = pin
+        return pin
+
+    def _index(self, http: ChartHttp, url: str, memo: Polled | None) -> _Index:
+        """The repository's index, asked again with its validators (a 304 reuses the parsed one),
+        once per poll (``memo``: what this poll read) however many charts come from it."""
+        if memo is None:
+            return self._read_index(http, url)
+        polled = memo.get(url)
+        if isinstance(polled, ChartError):
+            raise polled
+        if polled is not None:
+            return polled
+        try:
+            index = self._read_index(http, url)
+        except ChartError as e:
+            memo[url] = e
+            raise
+        memo[url] = index
+        return index
+
+    def _read_index(self, http: ChartHttp, url: str) -> _Index:
         cached = self._indexes.get(url)
         headers = {}
         if cached is not None and cached.etag:
@@ -331,7 +227,7 @@ class ChartFetcher:
         return index
 
     def _download(
-        self, http: _Http, helm: HelmSettings, version: str, entry: dict[str, Any], limit: int
+        self, http: ChartHttp, helm: HelmSettings, version: str, entry: dict[str, Any], limit: int
     ) -> ChartPin:
         """The archive of ``entry``, unpacked once per digest (a kept one is not asked again)."""
         digest = entry.get("digest")
@@ -350,9 +246,20 @@ class ChartFetcher:
             raise ChartError(
                 ChartProblem.INDEX, f"the index gives no URL for {helm.chart}@{version}", url=helm.repository
             )
-        target = self.root / digest
-        pin = ChartPin(helm.repository, helm.chart, helm.version, version, digest, target / helm.chart)
         url = urllib.parse.urljoin(helm.repository + "/", urls[0])
+
+        def download() -> bytes:
+            self.requests.append(f"GET {url}")
+            _, _, body = http.get(url, limit)
+            if (got := hashlib.sha256(body).hexdigest()) != digest:
+                raise ChartError(
+                    ChartProblem.DIGEST,
+                    f"{helm.chart}@{version}: the archive's sha256 is {got[:12]}…, "
+                    f"the index says {digest[:12]}…",
+                    url=helm.repository,
+                )
+            return body
+
         if http.repo.verify:  # signed by the keyring, or nothing of it is used (a kept copy neither)
 
             def get(u: str, limit: int) -> bytes:
@@ -360,17 +267,19 @@ class ChartFetcher:
                 return http.get(u, limit)[2]
 
             self._provenance.check(get, url, digest, http.repo.keyring_file, url=helm.repository)
+        return self._store(helm, version, digest, download)
+
+    def _store(
+        self, helm: HelmSettings, version: str, digest: str, download: Callable[[], bytes]
+    ) -> ChartPin:
+        """The chart archive of sha256 ``digest`` unpacked under the cache, once: ``download``
+        (which checks the digest) is called only when no complete copy is there."""
+        target = self.root / digest
+        pin = ChartPin(helm.repository, helm.chart, helm.version, version, digest, target / helm.chart)
         if (target / _COMPLETE).is_file():
             return pin
-        self.requests.append(f"GET {url}")
-        _, _, body = http.get(url, limit)
-        got = hashlib.sha256(body).hexdigest()
-        if got != digest:
-            raise ChartError(
-                ChartProblem.DIGEST,
-                f"{helm.chart}@{version}: the archive's sha256 is {got[:12]}…, the index says {digest[:12]}…",
-                url=helm.repository,
-            )
+        body = download()
+        limit = repository_for(helm.repository, self.repositories).max_chart_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
         try:

@@ -1,0 +1,59 @@
+"""What an Argo CD app's files hold that the agent does not do as Argo CD does, as notes: hook
+and sync-wave annotations, ``generateName``, chart dependencies to download, Jsonnet.
+
+Called by ``argocd`` for each app whose path is in PATH. Files are searched as text (a chart's
+templates are not YAML), those the path reaches only: its kustomization's resources, else every
+file under it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.imports.model import Note
+from agent.imports.reading import MAX_FILE_BYTES, reach
+from agent.render.kustomize import kustomization_file
+from agent.render.tools import check_chart
+
+#: Text in a file → why the app does not behave as under Argo CD.
+_MARKS = {
+    b"argocd.argoproj.io/hook": "Argo CD hooks run around a sync; the agent applies them as ordinary objects",
+    b"argocd.argoproj.io/sync-wave": "the agent does not order an app's objects by sync wave",
+    b"generateName:": "the agent needs a stable name for every object: the render refuses generateName",
+}
+
+
+def content_notes(root: Path, path: str, what: str) -> list[Note]:
+    """Notes on what ``path`` (PATH-relative) holds; none when it is not a directory in PATH."""
+    directory = (root / path).resolve()
+    if not directory.is_dir() or not directory.is_relative_to(root.resolve()):
+        return []
+    notes: list[Note] = []
+    if (directory / "Chart.yaml").is_file():
+        notes += [
+            Note(
+                f"{what} {p.file} (a chart dependency)",
+                f"{p.message.split(';')[0]}: the agent downloads none",
+            )
+            for p in check_chart(directory, root.resolve())
+        ]
+    if any(directory.glob("*.*sonnet")):
+        notes.append(
+            Note(f"{what} path {path} (Jsonnet)", "the agent renders no Jsonnet: commit its YAML output")
+        )
+    if kustomization_file(directory) is not None:
+        files = sorted(root.resolve() / f for f in reach(root, path, []).files)
+    else:
+        files = sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+    found: dict[bytes, list[str]] = {}
+    for file in files:
+        if file.stat().st_size > MAX_FILE_BYTES or file.suffix not in (".yaml", ".yml", ".json", ".tpl"):
+            continue
+        text = file.read_bytes()
+        for mark in _MARKS:
+            if mark in text:
+                found.setdefault(mark, []).append(file.relative_to(root.resolve()).as_posix())
+    for mark, where in found.items():
+        shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+        notes.append(Note(f"{what} {mark.decode().rstrip(':')} in {shown}", _MARKS[mark]))
+    return notes

@@ -76,7 +76,9 @@ def test_chart_lock_digest_is_helms_and_the_lock_is_honoured(tmp_path: Path) -> 
 
         repo.publish("db", "1.2.0")  # newer than the lock: the lock still decides
         before = snapshot(tree)
+        repo.log.clear()
         built = builder(tmp_path).build(chart, root=tree, label="charts/umbrella")
+        assert [p for _, p, _, _ in repo.log].count("/index.yaml") == 1  # three dependencies, one index read
     assert built is not None and built.notes == ()
     assert snapshot(tree) == before  # the checkout is never written
     versions = {

@@ -27,7 +27,7 @@ from agent.render.renderer import RenderSpec
 from agent.render.tools import load_chart_yaml
 from agent.source import chart_cache
 from agent.source.chart_deps import DependencyBuilder, pin_of
-from agent.source.charts import ChartFetcher
+from agent.source.charts import ChartFetcher, Polled
 
 __all__ = ["ChartPolls", "chart_key", "chart_refusal", "fetch_chart", "of_app", "with_charts", "with_pin"]
 
@@ -153,19 +153,22 @@ class ChartPolls:
     def attach_helm(self, wanted: list[HelmSettings], revision: Revision) -> Revision:
         """``revision`` with the pins of the charts of ``wanted``: each repository chart, and
         each chart whose dependencies were fetched."""
-        pins = [self._with_dependencies(p) for p in self.fetcher.pins(h for h in wanted if h.repository)]
+        polled: Polled = {}  # the dependencies' indexes: one request per repository this poll
+        pins = [
+            self._with_dependencies(p, polled) for p in self.fetcher.pins(h for h in wanted if h.repository)
+        ]
         for helm in dict.fromkeys(h for h in wanted if not h.repository):
-            if (pin := self._in_git(revision, helm)) is not None:
+            if (pin := self._in_git(revision, helm, polled)) is not None:
                 pins.append(pin)
         return replace(revision, charts=tuple(pins)) if pins else revision
 
-    def _with_dependencies(self, pin: ChartPin) -> ChartPin:
+    def _with_dependencies(self, pin: ChartPin, polled: Polled) -> ChartPin:
         """A fetched chart with its unvendored dependencies built in (the pin as it was if none)."""
         if pin.error or not pin.version:
             return pin
         label = f"{pin.chart}@{pin.version}"
         try:
-            built = self.builder.build(pin.directory, root=pin.directory, label=label)
+            built = self.builder.build(pin.directory, root=pin.directory, label=label, polled=polled)
         except ChartError as e:
             log.warning(
                 "chart dependencies not fetched; nothing applied or pruned", chart=label, error=str(e)
@@ -177,7 +180,7 @@ class ChartPolls:
             built, repository=pin.repository, chart=pin.chart, constraint=pin.constraint, digest=pin.digest
         )
 
-    def _in_git(self, revision: Revision, helm: HelmSettings) -> ChartPin | None:
+    def _in_git(self, revision: Revision, helm: HelmSettings, polled: Polled) -> ChartPin | None:
         """The chart in Git ``helm`` names, built with its dependencies; ``None`` when it needs
         no build (all vendored, or not a chart here: the render says what is wrong)."""
         directory = revision.tree / helm.chart.strip("/")
@@ -187,7 +190,9 @@ class ChartPolls:
         ):
             return None
         try:
-            built = self.builder.build(directory, root=revision.tree, label=helm.chart.strip("/"))
+            built = self.builder.build(
+                directory, root=revision.tree, label=helm.chart.strip("/"), polled=polled
+            )
         except ChartError as e:
             log.warning(
                 "chart dependencies not fetched; nothing applied or pruned", chart=helm.chart, error=str(e)

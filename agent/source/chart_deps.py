@@ -40,7 +40,7 @@ from agent.config.chart_versions import parse_constraint, parse_version
 from agent.config.types import HelmSettings
 from agent.errors import ChartError, ChartProblem
 from agent.model import ChartPin
-from agent.source.charts import MAX_CHART_FILES, ChartFetcher
+from agent.source.charts import MAX_CHART_FILES, ChartFetcher, Polled
 
 __all__ = ["BuiltChart", "Dependency", "DependencyBuilder", "lock_digest", "pin_of", "vendored"]
 
@@ -298,15 +298,19 @@ class DependencyBuilder:
         self.load_yaml = load_yaml
         self.root = fetcher.root / "built"
 
-    def build(self, chart: Path, *, root: Path, label: str) -> BuiltChart | None:
+    def build(
+        self, chart: Path, *, root: Path, label: str, polled: Polled | None = None
+    ) -> BuiltChart | None:
         """``chart`` (a directory inside ``root``) with its dependencies under ``charts/``, or
-        ``None`` when every one is vendored already. ``ChartError`` naming ``label``."""
+        ``None`` when every one is vendored already. ``ChartError`` naming ``label``. ``polled``:
+        the indexes this poll read already (one request per repository, however many charts)."""
+        polled = {} if polled is None else polled
         meta = _read_meta(chart, self.load_yaml, label=label)
         missing = [i for i, d in enumerate(meta.dependencies) if not vendored(chart, d.name)]
         if not missing:
             return None
         wanted, notes = self._versions(meta, label)
-        placed = [self._resolve(meta.dependencies[i], wanted[i], chart, root, label) for i in missing]
+        placed = [self._resolve(meta.dependencies[i], wanted[i], chart, root, label, polled) for i in missing]
         files = list(_files(chart, root.resolve(), label))
         h = hashlib.sha256(_digest_files(files, label).encode())
         for p in placed:
@@ -357,7 +361,9 @@ class DependencyBuilder:
                 return replace(dep, repository=entry.url)
         return dep
 
-    def _resolve(self, dep: Dependency, version: str, chart: Path, root: Path, label: str) -> _Placed:
+    def _resolve(
+        self, dep: Dependency, version: str, chart: Path, root: Path, label: str, polled: Polled
+    ) -> _Placed:
         what = f"dependency {dep.name!r} of {label}"
         if dep.repository.startswith("file://"):
             return self._local(dep, version, chart, root, what)
@@ -373,7 +379,7 @@ class DependencyBuilder:
                 url="",
             )
         try:
-            pin = self.fetcher.fetch(HelmSettings(chart=dep.name, repository=url, version=version))
+            pin = self.fetcher.fetch(HelmSettings(chart=dep.name, repository=url, version=version), polled)
         except ChartError as e:
             raise ChartError(e.problem, f"{what}: {e.detail}", url=e.url, constraint=e.constraint) from None
         return _Placed(dep.name, pin.version, pin.digest, pin.directory)

@@ -43,7 +43,7 @@ from agent.source.chart_pick import constraint_of, pick
 from agent.source.oci import OciCharts
 from agent.source.provenance import ProvenanceChecker
 
-__all__ = ["MAX_CHART_FILES", "MAX_INDEX_BYTES", "ChartFetcher", "repository_for"]
+__all__ = ["MAX_CHART_FILES", "MAX_INDEX_BYTES", "ChartFetcher", "Polled", "repository_for"]
 
 log = structlog.get_logger("agent.source.charts")
 
@@ -133,10 +133,10 @@ class ChartFetcher:
         """The last chart each (repository, chart, constraint) fetched, dependencies included."""
         return tuple(self._last.values())
 
-    def fetch(self, helm: HelmSettings) -> ChartPin:
+    def fetch(self, helm: HelmSettings, polled: Polled | None = None) -> ChartPin:
         """The chart ``helm`` names at the newest version its constraint allows; ``ChartError``
-        naming the repository and the constraint."""
-        return self._checked(helm, None)
+        naming the repository and the constraint. ``polled``: the indexes this poll read already."""
+        return self._checked(helm, polled)
 
     def _checked(self, helm: HelmSettings, polled: Polled | None) -> ChartPin:
         try:

@@ -192,3 +192,11 @@ def test_the_copy_follows_symlinks_inside_the_repository_only(tmp_path: Path) ->
         (chart / "templates" / "secret").symlink_to(tmp_path / "repo")
         e = fails(builder(tmp_path), chart, tree, "charts/umbrella")
     assert e.problem is ChartProblem.DEPENDENCY and "templates/secret: symlink points outside" in str(e)
+
+
+def test_a_chart_yaml_that_does_not_read_is_left_to_the_render_to_report(tmp_path: Path) -> None:
+    b = builder(tmp_path)
+    chart = umbrella(tmp_path / "git", [{"name": "db", "version": "1.x", "repository": "https://x"}])
+    assert b.missing(chart)
+    (chart / "Chart.yaml").write_text("dependencies: [unclosed\n")
+    assert not b.missing(chart)  # the render fails it with file and line, as before

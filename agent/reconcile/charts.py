@@ -185,9 +185,8 @@ class ChartPolls:
         no build (all vendored, or not a chart here: the render says what is wrong)."""
         directory = revision.tree / helm.chart.strip("/")
         key = chart_key(helm)
-        if not (directory / "Chart.yaml").is_file() or not directory.resolve().is_relative_to(
-            revision.tree.resolve()
-        ):
+        inside = directory.resolve().is_relative_to(revision.tree.resolve())
+        if not inside or not (directory / "Chart.yaml").is_file() or not self.builder.missing(directory):
             return None
         try:
             built = self.builder.build(

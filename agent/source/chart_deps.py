@@ -298,6 +298,15 @@ class DependencyBuilder:
         self.load_yaml = load_yaml
         self.root = fetcher.root / "built"
 
+    def missing(self, chart: Path) -> bool:
+        """Whether ``chart`` names a dependency not vendored under ``charts/`` (``False`` when its
+        Chart.yaml does not read: the render says what is wrong with it, file and line)."""
+        try:
+            meta = _read_meta(chart, self.load_yaml, label=chart.name)
+        except ChartError:
+            return False
+        return any(not vendored(chart, d.name) for d in meta.dependencies)
+
     def build(
         self, chart: Path, *, root: Path, label: str, polled: Polled | None = None
     ) -> BuiltChart | None:

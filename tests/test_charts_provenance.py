@@ -1,7 +1,9 @@
 """`verify = true` on a `[[helm_repositories]]` entry, with charts signed by the real
 `helm package --sign` and a key made with gpg: a chart is used only if its `.prov` is signed by
 a key of `keyring_file` and lists the archive's digest; unsigned, signed by another key, altered
-or listing another archive is refused (problem `signature`) before anything is unpacked."""
+or listing another archive is refused (problem `signature`) before anything is unpacked; on a real
+API server, an app whose newly published chart is unsigned fails with reason `chart`, the signed
+one it had staying applied."""
 
 from __future__ import annotations
 
@@ -11,11 +13,15 @@ import pytest
 
 from agent.config.types import HelmRepository, HelmSettings
 from agent.errors import ChartError, ChartProblem
+from agent.model import FailureReason
 from agent.render.tools import load_chart_yaml
 from agent.source.charts import ChartFetcher
 from agent.source.provenance import signed_digest
+from tests.agentkit import E2E, make_repo
 from tests.chartrepo import ChartRepo
 from tests.chartsign import SigningKey, signing_key
+from tests.clusters import ClusterPool, kubectl
+from tests.test_charts_repository import Pass, config, configmap
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +95,31 @@ def test_the_signed_text_lists_the_archive_as_helm_writes_it() -> None:
     assert signed_digest(text, "web-1.0.0.tgz", load_chart_yaml) == "abc"
     assert signed_digest(text, "other.tgz", load_chart_yaml) == ""
     assert signed_digest("files:\n  web-1.0.0.tgz: sha256:abc\n", "web-1.0.0.tgz", load_chart_yaml) == ""
+
+
+def test_an_app_whose_new_chart_is_unsigned_fails_closed_on_a_real_api_server(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E, keys: tuple[SigningKey, SigningKey]
+) -> None:
+    signer, _ = keys
+    cluster = cluster_pool["pool-a"]
+    ns = e2e.namespace("signed")
+    kubectl(cluster.kubeconfig, "create", "namespace", ns)
+    git = make_repo(tmp_path, {"values/web.yaml": "greeting: signed\n"})
+    charts = ChartRepo(tmp_path / "charts")
+    charts.publish("web", "1.0.0", sign=signer.args)
+    with charts.serve():
+        trust = (
+            f'[[helm_repositories]]\nurl = "{charts.url}"\nverify = true\nkeyring_file = "{signer.public}"\n'
+        )
+        agent = Pass(config(tmp_path, git, cluster.kubeconfig, ns, charts.url, "1.x", trust), e2e)
+        assert agent.run(agent.poll()).ok  # type: ignore[attr-defined]
+        assert configmap(cluster.kubeconfig, ns) == {
+            "version": "1.0.0",
+            "greeting": "signed",
+            "replicas": "3",
+        }
+        charts.publish("web", "1.1.0")  # unsigned
+        refused = agent.run(agent.poll())
+    assert refused.reason is FailureReason.CHART and "signature" in refused.error  # type: ignore[attr-defined]
+    assert "web-1.1.0.tgz: no provenance file" in refused.error  # type: ignore[attr-defined]
+    assert configmap(cluster.kubeconfig, ns) == {"version": "1.0.0", "greeting": "signed", "replicas": "3"}

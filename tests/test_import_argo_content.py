@@ -1,5 +1,6 @@
 """`gitops-agent import --from argocd` notes what an app's files hold that the agent does not do
-as Argo CD does: hooks, sync waves, generateName, chart dependencies to download, Jsonnet."""
+as Argo CD does: hooks, sync waves, generateName, Jsonnet (a chart's dependencies: none, the
+agent fetches them)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ def test_hooks_waves_generate_name_dependencies_and_jsonnet_are_noted_with_their
     ]  # unused.yaml is not a resource of the kustomization: not applied, not noted
     chart = [n.what for n in content_notes(root, "chart", "Application c")]
     assert chart == [
-        "Application c chart/Chart.yaml (a chart dependency)",
         "Application c argocd.argoproj.io/sync-wave in chart/templates/x.yaml",
     ]
     assert [n.why for n in content_notes(root, "jsonnet", "Application j")] == [

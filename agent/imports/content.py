@@ -1,5 +1,6 @@
 """What an Argo CD app's files hold that the agent does not do as Argo CD does, as notes: hook
-and sync-wave annotations, ``generateName``, chart dependencies to download, Jsonnet.
+and sync-wave annotations, ``generateName``, Jsonnet. (A chart's dependencies from repositories
+are fetched by the agent's poll, as Argo CD's ``helm dependency build``: no note.)
 
 Called by ``argocd`` for each app whose path is in PATH. Files are searched as text (a chart's
 templates are not YAML), those the path reaches only: its kustomization's resources, else every
@@ -13,7 +14,6 @@ from pathlib import Path
 from agent.imports.model import Note
 from agent.imports.reading import MAX_FILE_BYTES, reach
 from agent.render.kustomize import kustomization_file
-from agent.render.tools import check_chart
 
 #: Text in a file → why the app does not behave as under Argo CD.
 _MARKS = {
@@ -29,14 +29,6 @@ def content_notes(root: Path, path: str, what: str) -> list[Note]:
     if not directory.is_dir() or not directory.is_relative_to(root.resolve()):
         return []
     notes: list[Note] = []
-    if (directory / "Chart.yaml").is_file():
-        notes += [
-            Note(
-                f"{what} {p.file} (a chart dependency)",
-                f"{p.message.split(';')[0]}: the agent downloads none",
-            )
-            for p in check_chart(directory, root.resolve())
-        ]
     if any(directory.glob("*.*sonnet")):
         notes.append(
             Note(f"{what} path {path} (Jsonnet)", "the agent renders no Jsonnet: commit its YAML output")

@@ -444,10 +444,13 @@ def test_benchmarks_charts_smoke_counts_a_poll_at_the_repository_and_renders_the
     assert main(["charts", "--charts-reps", "2", "--out", str(tmp_path)]) == 0
     results = json.loads(next(tmp_path.glob("charts-*.json")).read_text())
     charts = results["charts"]
-    (poll,) = charts["poll"]
-    # Counted by the repository's server: one conditional request per poll for both charts.
-    assert poll["requests_per_poll"] == [1, 1] and poll["downloads"] == 0 and poll["met"]
-    assert not bench_charts.poll_row("HTTP", 2, [1, 2], 0)["met"]
+    http, oci = charts["poll"]
+    # Counted by the repository's server: one conditional request per poll for both charts; the
+    # registry's access log: one tag list per chart (each is a repository there).
+    assert http["requests_per_poll"] == [1, 1] and http["downloads"] == 0 and http["met"]
+    assert oci["requests_per_poll"] == [2, 2] and oci["downloads"] == 0 and oci["met"]
+    assert not bench_charts.poll_row("HTTP", 2, [1, 2], 0, per_chart=False)["met"]
+    assert bench_charts.poll_row("OCI", 2, [2, 2], 0, per_chart=True)["met"]
     rendered = {r["chart"].split()[0]: r for r in charts["render"]}
     assert sorted(rendered) == ["cert-manager", "ingress-nginx"]
     assert all(r["objects"] > 10 and r["agent_seconds"]["min"] > 0 for r in rendered.values())

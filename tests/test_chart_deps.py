@@ -171,6 +171,16 @@ def test_the_built_chart_renders_in_place_of_the_checkouts(tmp_path: Path) -> No
     assert obj.manifest["data"]["greeting"] == "from-dependency"
     with pytest.raises(Exception, match="not vendored"):  # without the build: refused as before
         render(tree, RenderSpec("c", ("charts/umbrella",), helm=helm))
+    # condition and tags stay Helm's, at render time: a dependency turned off renders nothing.
+    (tree / "charts/umbrella/values.yaml").write_text("db:\n  enabled: false\n")
+    with repo.serve():
+        umbrella(tree, [{"name": "db", "version": "1.x", "repository": repo.url, "condition": "db.enabled"}])
+        off = builder(tmp_path).build(chart, root=tree, label="charts/umbrella")
+    assert off is not None and (off.directory / "charts/db/Chart.yaml").is_file()  # fetched all the same
+    assert (
+        render(tree, RenderSpec("c", ("charts/umbrella",), helm=helm, chart_built=off.directory)).objects
+        == ()
+    )
 
 
 def test_the_copy_follows_symlinks_inside_the_repository_only(tmp_path: Path) -> None:

@@ -232,3 +232,22 @@ def test_a_poll_asks_a_repository_for_its_index_once_however_many_charts_come_fr
     down = [HelmSettings(chart=c, repository=url, version="*") for c in ("web", "api")]
     pins = f.pins(down)
     assert all(p.error for p in pins) and f.requests.count(f"GET {url}/index.yaml") == 1
+
+
+def test_charts_roll_forward_only_a_withdrawn_newest_release_keeps_the_one_in_force(tmp_path: Path) -> None:
+    repo = ChartRepo(tmp_path / "repo")
+    for v in ("1.0.0", "1.1.0"):
+        repo.publish("web", v)
+    with repo.serve():
+        f = fetcher(tmp_path)
+        (pin,) = f.pins([helm(repo, "1.x")])
+        assert pin.version == "1.1.0"
+        (repo.root / "web-1.1.0.tgz").unlink()  # withdrawn: the index lists 1.0.0 alone
+        repo.index()
+        repo.log.clear()
+        assert f.pins([helm(repo, "1.x")]) == (pin,)
+        assert not repo.requests(".tgz")  # the older archive is not even downloaded
+        # Asking for the older release is another constraint: it is fetched.
+        assert f.pins([helm(repo, "1.0.0")])[0].version == "1.0.0"
+        repo.publish("web", "1.2.0")  # forward again
+        assert f.pins([helm(repo, "1.x")])[0].version == "1.2.0"

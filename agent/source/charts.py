@@ -35,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from agent.config.chart_versions import parse_version
 from agent.config.types import HelmRepository, HelmSettings
 from agent.errors import ChartError, ChartProblem
 from agent.model import ChartPin
@@ -164,15 +165,37 @@ class ChartFetcher:
             if isinstance(text := item.get("version"), str):
                 by_version.setdefault(text, item)
         version = pick(helm, by_version)
+        if (kept := self._kept(helm, version)) is not None:
+            return kept
         pin = self._download(http, helm, version, by_version[version], repo.max_chart_bytes)
         self._last[key_of(helm)] = pin
         return pin
+
+    def _kept(self, helm: HelmSettings, version: str) -> ChartPin | None:
+        """The pin in force when ``version`` is older than it: charts roll forward only. A newest
+        release withdrawn from the repository (or a tag deleted) never takes an app back by itself;
+        a ``version`` that asks for an older one does (it is another constraint, another key)."""
+        last = self._last.get(key_of(helm))
+        if last is None or not last.version or not last.directory.is_dir():
+            return None
+        if parse_version(version).compare(parse_version(last.version)) >= 0:
+            return None
+        log.warning(
+            "chart version in force is no longer the newest listed; kept (charts roll forward only)",
+            url=helm.repository,
+            chart=helm.chart,
+            listed=version,
+            kept=last.version,
+        )
+        return last
 
     def _fetch_oci(self, helm: HelmSettings, repo: HelmRepository) -> ChartPin:
         """The chart from its OCI repository: tags → version → manifest (signature checked when
         ``verify``) → the chart layer, downloaded only for a digest not unpacked yet."""
         http = ChartHttp(repo, helm.repository, self.timeout, tls=not repo.plain_http)
         chart = self._oci.resolve(http, helm)
+        if (kept := self._kept(helm, chart.version)) is not None:
+            return kept
         pin = self._store(helm, chart.version, chart.digest, lambda: self._oci.blob(http, helm, chart))
         self._last[key_of(helm)] = pin
         return pin

@@ -1,170 +1,25 @@
 """Local clusters whose Pods run: kube-scheduler and kwok's simulated kubelets on fake Nodes.
 
-The API server and the workload controllers are real; kwok writes what a kubelet would. The
-health rules (``agent.plan.health``) read what the server then holds, with no status written
-by hand: a Deployment becomes Available, a Job completes, an image tagged ``:fail`` fails.
+How such a cluster starts, is found again, restarts and stops, and fails when a binary is
+missing; what the simulated Pods do is tested through the health rules in
+``tests/test_health_simulated.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent.dev import localcluster, simulation
 from agent.dev.process import LocalCluster
 from agent.errors import LocalClusterError
-from agent.model import Health, HealthState
-from agent.plan.health import assess, child_index
 from agent.render import binaries as tools
 from tests import clusters
-from tests.clusters import ClusterControl, TestNamespace, kubectl
-from tests.waiting import wait_for
+from tests.clusters import ClusterControl, kubectl
 
 pytestmark = pytest.mark.cluster
-
-ROLLOUT_SECONDS = 60.0
-
-
-def deployment(name: str, image: str, replicas: int = 2) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "main", "image": image}]},
-            },
-        },
-    }
-
-
-def job(name: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 0,  # one failed Pod fails the Job (the default retries for minutes)
-            "template": {
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
-            },
-        },
-    }
-
-
-def create(ns: TestNamespace, collection: str, body: dict[str, Any]) -> None:
-    code, answer = localcluster.api_request(ns.cluster, "POST", collection.format(ns=ns.name), body)
-    assert code == 201, answer
-
-
-def get(ns: TestNamespace, path: str) -> dict[str, Any]:
-    code, answer = localcluster.api_request(ns.cluster, "GET", path.format(ns=ns.name))
-    assert code == 200, answer
-    return answer  # type: ignore[no-any-return]
-
-
-def pods(ns: TestNamespace) -> list[dict[str, Any]]:
-    return get(ns, "/api/v1/namespaces/{ns}/pods")["items"]  # type: ignore[no-any-return]
-
-
-def health_of(ns: TestNamespace, path: str) -> Health:
-    """``assess`` of the live object, with its ReplicaSets and Pods as children (as the agent reads)."""
-    obj = get(ns, path)
-    children = [
-        *get(ns, "/apis/apps/v1/namespaces/{ns}/replicasets")["items"],
-        *pods(ns),
-    ]
-    for child in children:
-        child.setdefault("apiVersion", "v1" if "containers" in child.get("spec", {}) else "apps/v1")
-        child.setdefault("kind", "Pod" if "containers" in child.get("spec", {}) else "ReplicaSet")
-    return assess(obj, children=child_index(children))
-
-
-def test_a_deployment_becomes_available_on_simulated_nodes(pods_namespace: TestNamespace) -> None:
-    create(pods_namespace, "/apis/apps/v1/namespaces/{ns}/deployments", deployment("web", "nginx:1.27"))
-    path = "/apis/apps/v1/namespaces/{ns}/deployments/web"
-    health = wait_for(
-        "the Deployment to become Current",
-        lambda: (h := health_of(pods_namespace, path)).state is HealthState.CURRENT and h,
-        ROLLOUT_SECONDS,
-    )
-    assert health.state is HealthState.CURRENT
-    status = get(pods_namespace, path)["status"]
-    assert status["availableReplicas"] == 2
-    assert {p["spec"]["nodeName"] for p in pods(pods_namespace)} <= set(simulation.NODES)
-    assert all(p["status"]["phase"] == "Running" for p in pods(pods_namespace))
-
-
-def test_a_job_completes_and_its_pod_succeeds(pods_namespace: TestNamespace) -> None:
-    create(pods_namespace, "/apis/batch/v1/namespaces/{ns}/jobs", job("migrate", "busybox:1.36"))
-    path = "/apis/batch/v1/namespaces/{ns}/jobs/migrate"
-    wait_for(
-        "the Job to complete",
-        lambda: health_of(pods_namespace, path).state is HealthState.CURRENT,
-        ROLLOUT_SECONDS,
-    )
-    conditions = {c["type"]: c["status"] for c in get(pods_namespace, path)["status"]["conditions"]}
-    assert conditions.get("Complete") == "True"
-    assert [p["status"]["phase"] for p in pods(pods_namespace)] == ["Succeeded"]
-
-
-def test_a_job_whose_image_is_tagged_fail_fails(pods_namespace: TestNamespace) -> None:
-    create(pods_namespace, "/apis/batch/v1/namespaces/{ns}/jobs", job("hook", "busybox:fail"))
-    path = "/apis/batch/v1/namespaces/{ns}/jobs/hook"
-    health = wait_for(
-        "the Job to fail",
-        lambda: (h := health_of(pods_namespace, path)).state is HealthState.FAILED and h,
-        ROLLOUT_SECONDS,
-    )
-    assert health.state is HealthState.FAILED
-    (pod,) = pods(pods_namespace)
-    assert pod["status"]["phase"] == "Failed"
-    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
-
-
-def test_an_image_tagged_fail_gives_image_pull_back_off_named_as_the_blocker(
-    pods_namespace: TestNamespace,
-) -> None:
-    create(pods_namespace, "/apis/apps/v1/namespaces/{ns}/deployments", deployment("web", "web:fail", 1))
-    path = "/apis/apps/v1/namespaces/{ns}/deployments/web"
-    health = wait_for(
-        "the Pod's ImagePullBackOff to be named",
-        lambda: (h := health_of(pods_namespace, path)).blocker is not None and h,
-        ROLLOUT_SECONDS,
-    )
-    assert health.state is HealthState.IN_PROGRESS
-    assert health.blocker is not None and health.blocker.reason == "ImagePullBackOff"
-    (pod,) = pods(pods_namespace)
-    assert pod["status"]["phase"] == "Pending"
-    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
-
-
-def test_deleting_a_pod_on_a_simulated_node_finishes(pods_namespace: TestNamespace) -> None:
-    create(pods_namespace, "/apis/apps/v1/namespaces/{ns}/deployments", deployment("web", "nginx:1.27", 1))
-    (first,) = wait_for(
-        "a running Pod",
-        lambda: [p for p in pods(pods_namespace) if p["status"]["phase"] == "Running"],
-        ROLLOUT_SECONDS,
-    )
-    name = first["metadata"]["name"]
-    kubectl(
-        pods_namespace.cluster.kubeconfig, "delete", "pod", name, "-n", pods_namespace.name, "--wait=false"
-    )
-    wait_for(
-        "the deleted Pod to be gone and replaced by a running one",
-        lambda: (
-            [p["metadata"]["name"] for p in pods(pods_namespace) if p["status"]["phase"] == "Running"]
-            not in ([], [name])
-        ),
-        ROLLOUT_SECONDS,
-    )
 
 
 def test_a_cluster_with_pods_is_found_again_restarts_with_them_and_stops_every_process(

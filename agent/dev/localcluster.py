@@ -188,6 +188,9 @@ def delete(name: str, state_dir: Path) -> None:
 def freeze(name: str, state_dir: Path, *, timeout: float = 10.0) -> None:
     """SIGSTOP the apiserver and etcd: connections hang as with a cluster that stopped answering.
 
+    The controller manager (and the scheduler and kwok of simulated Pods) keep running: their
+    requests hang too, as a client's would.
+
     Returns once the kernel shows them stopped: a signal is delivered to every thread of a process
     in its own time, and a busy machine took longer than the caller's next look (``status``)."""
     paths = Paths.of(name, state_dir)

@@ -16,8 +16,10 @@ from agent.dev import localcluster, simulation
 from agent.dev.process import LocalCluster
 from agent.errors import LocalClusterError
 from agent.render import binaries as tools
+from benchmarks import harness
 from tests import clusters
 from tests.clusters import ClusterControl, kubectl
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -101,3 +103,18 @@ def test_a_missing_scheduler_or_kwok_fails_the_start_with_pods_naming_the_fix(
         monkeypatch.undo()
         tools.cache_clear()
     assert not (tmp_path / "state" / "nopods").exists()
+
+
+def test_the_benchmarks_pause_the_scheduler_and_kwok_with_the_controller_manager(
+    pods_cluster: LocalCluster,
+) -> None:
+    """Requests are counted with the controllers stopped: a simulated cluster's kubelets are too."""
+    pids = (pods_cluster.pids.controller_manager, pods_cluster.pids.scheduler, pods_cluster.pids.kwok)
+    with harness.controllers_paused(pods_cluster):
+        assert [_state(pid) for pid in pids] == ["T", "T", "T"]
+    wait_for("the controllers to run again", lambda: all(_state(pid) != "T" for pid in pids), 10)
+
+
+def _state(pid: int | None) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -49,12 +50,12 @@ def require_control_plane(*, pods: bool = False) -> None:
         pytest.fail(f"local control plane unavailable: {e}", pytrace=False)
 
 
-def start(name: str, state_dir: Path, *, pods: bool | None = None) -> LocalCluster:
+def start(name: str, state_dir: Path, *, pods: bool | None = None, **options: Any) -> LocalCluster:
     """``localcluster.start``, recorded so that the process cleans it up whatever happens."""
     _install_cleanup()
     with _started_lock:
         _started.add((name, state_dir))
-    return localcluster.start(name, state_dir, pods=pods)
+    return localcluster.start(name, state_dir, pods=pods, **options)
 
 
 def start_many(names: tuple[str, ...], state_dir: Path) -> dict[str, LocalCluster]:

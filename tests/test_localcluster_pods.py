@@ -54,6 +54,32 @@ def test_a_cluster_started_without_pods_runs_no_scheduler_nor_kwok(
     assert set(localcluster.status(cluster.name, cluster.state_dir).pids) == set(localcluster.COMPONENTS)
 
 
+def test_the_failing_image_pattern_is_chosen_at_start(tmp_path: Path) -> None:
+    cluster = clusters.start("failpattern", tmp_path, pods=True, fail_image=r"/broken-")
+    try:
+        for name, image in (("broken", "registry.example/broken-app:1"), ("fine", "nginx:fail")):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}}
+            pod["spec"] = {"containers": [{"name": "main", "image": image}]}
+            code, answer = localcluster.api_request(cluster, "POST", "/api/v1/namespaces/default/pods", pod)
+            assert code == 201, answer
+
+        def phase_and_wait(name: str) -> tuple[str, str] | None:
+            """(phase, the container's waiting reason) once kwok wrote the container's status."""
+            _, pod = localcluster.api_request(cluster, "GET", f"/api/v1/namespaces/default/pods/{name}")
+            statuses = pod["status"].get("containerStatuses")
+            if not statuses:
+                return None
+            return pod["status"]["phase"], statuses[0]["state"].get("waiting", {}).get("reason", "")
+
+        assert wait_for("broken's status", lambda: phase_and_wait("broken"), 60) == (
+            "Pending",
+            "ImagePullBackOff",
+        )
+        assert wait_for("fine's status", lambda: phase_and_wait("fine"), 60) == ("Running", "")
+    finally:
+        clusters.delete("failpattern", tmp_path)
+
+
 def test_the_stages_test_container_images_against_the_failing_image_pattern() -> None:
     by_name = {s["metadata"]["name"]: s for s in simulation.stages(r"/broken-")}
     keys = [e["jq"]["key"] for e in by_name["pod-image-pull-backoff"]["spec"]["selector"]["matchExpressions"]]

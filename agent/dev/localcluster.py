@@ -75,6 +75,7 @@ from agent.dev.process import (
     wait_ready,
     write_token_kubeconfig,
 )
+from agent.dev.simulation import FAIL_IMAGE
 from agent.errors import LocalClusterError
 from agent.render import binaries as tools
 
@@ -111,12 +112,20 @@ __all__ = [
 # ---------------------------------------------------------------- public API
 
 
-def start(name: str, state_dir: Path, *, timeout: float = 60.0, pods: bool | None = None) -> LocalCluster:
+def start(
+    name: str,
+    state_dir: Path,
+    *,
+    timeout: float = 60.0,
+    pods: bool | None = None,
+    fail_image: str = FAIL_IMAGE,
+) -> LocalCluster:
     """Start cluster NAME (or return it if it already runs) and wait until it is ready.
 
     ``pods``: run the simulated kubelets (kube-scheduler, kwok and the workload controllers) too;
     None: as NAME last ran (a new cluster: without). A running NAME is returned as it runs when
-    ``pods`` is None; asking it for the other mode is an error (stop it first).
+    ``pods`` is None; asking it for the other mode is an error (stop it first). ``fail_image``: a
+    regular expression; a container image it matches fails (``agent.dev.simulation``).
     Raises ``LocalClusterError`` with the tail of the failing component's log.
     """
     paths = Paths.of(name, state_dir)
@@ -138,10 +147,10 @@ def start(name: str, state_dir: Path, *, timeout: float = 60.0, pods: bool | Non
         ensure_etcd_data(paths)
         previous = read_ports(paths)
         try:
-            return launch(paths, binaries, choose_ports(previous), timeout, pods=pods)
+            return launch(paths, binaries, choose_ports(previous), timeout, pods=pods, fail_image=fail_image)
         except PortTaken:
             # Another process took a port between our check and the bind: once more, on fresh ports.
-            return launch(paths, binaries, choose_ports(None), timeout, pods=pods)
+            return launch(paths, binaries, choose_ports(None), timeout, pods=pods, fail_image=fail_image)
 
 
 def ran_before(name: str, state_dir: Path) -> bool:

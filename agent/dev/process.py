@@ -67,7 +67,13 @@ class PortTaken(LocalClusterError):
 
 
 def launch(
-    paths: Paths, binaries: dict[str, Path], ports: Ports, timeout: float, *, pods: bool
+    paths: Paths,
+    binaries: dict[str, Path],
+    ports: Ports,
+    timeout: float,
+    *,
+    pods: bool,
+    fail_image: str = simulation.FAIL_IMAGE,
 ) -> LocalCluster:
     """Start the control plane on ``ports``, and with ``pods`` the simulated kubelets beside it."""
     deadline = time.monotonic() + timeout
@@ -87,7 +93,7 @@ def launch(
         kcm = _controller_manager_args(paths, binaries[CONTROLLER_MANAGER], pods=pods)
         _spawn(paths, CONTROLLER_MANAGER, kcm)
         if pods:
-            _start_simulation(paths, binaries, ports, deadline, offsets)
+            _start_simulation(paths, binaries, ports, deadline, offsets, fail_image)
         _wait_controllers(paths, ports, deadline, offsets)
     except LocalClusterError as e:
         stop_components(paths)
@@ -101,11 +107,16 @@ def launch(
 
 
 def _start_simulation(
-    paths: Paths, binaries: dict[str, Path], ports: Ports, deadline: float, offsets: dict[str, int]
+    paths: Paths,
+    binaries: dict[str, Path],
+    ports: Ports,
+    deadline: float,
+    offsets: dict[str, int],
+    fail_image: str,
 ) -> None:
     endpoint = endpoint_of(paths, ports)
     try:
-        simulation.prepare(paths, endpoint)
+        simulation.prepare(paths, endpoint, fail_image=fail_image)
     except OSError as e:  # the apiserver was ready a moment ago: it died, or hangs
         raise LocalClusterError(f"{paths.name}: preparing the simulated Pods: {e}") from e
     for component, argv in simulation.arguments(paths, binaries).items():

@@ -92,8 +92,14 @@ class ClusterSet:
 
 @contextlib.contextmanager
 def controllers_paused(*clusters: LocalCluster) -> Iterator[None]:
-    """SIGSTOP the controller managers while requests are counted (their traffic is not ours)."""
-    pids = [c.pids.controller_manager for c in clusters]
+    """SIGSTOP the controller managers while requests are counted (their traffic is not ours), and the
+    kube-scheduler and kwok of a cluster that runs simulated Pods (their writes are not ours either)."""
+    pids = [
+        pid
+        for c in clusters
+        for pid in (c.pids.controller_manager, c.pids.scheduler, c.pids.kwok)
+        if pid is not None
+    ]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:

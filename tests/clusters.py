@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -32,26 +33,29 @@ from agent.errors import LocalClusterError
 from agent.render import binaries as tools
 
 POOL_NAMES = ("pool-a", "pool-b")
+#: The session's cluster with simulated Pods (kube-scheduler and kwok), started when a test asks.
+PODS_NAME = "pods"
 
 _started: set[tuple[str, Path]] = set()
 _started_lock = threading.Lock()
 
 
-def require_control_plane() -> None:
+def require_control_plane(*, pods: bool = False) -> None:
     """Fail (never skip) the requesting test when the pinned binaries are missing."""
+    simulation = localcluster.SIMULATION if pods else ()
     try:
-        for binary in (*localcluster.COMPONENTS, "kubectl"):
+        for binary in (*localcluster.COMPONENTS, *simulation, "kubectl"):
             tools.tool(binary)
     except LocalClusterError as e:
         pytest.fail(f"local control plane unavailable: {e}", pytrace=False)
 
 
-def start(name: str, state_dir: Path) -> LocalCluster:
+def start(name: str, state_dir: Path, *, pods: bool | None = None, **options: Any) -> LocalCluster:
     """``localcluster.start``, recorded so that the process cleans it up whatever happens."""
     _install_cleanup()
     with _started_lock:
         _started.add((name, state_dir))
-    return localcluster.start(name, state_dir)
+    return localcluster.start(name, state_dir, pods=pods, **options)
 
 
 def start_many(names: tuple[str, ...], state_dir: Path) -> dict[str, LocalCluster]:

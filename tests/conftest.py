@@ -3,7 +3,12 @@
 - ``cluster_pool`` (session): clusters ``pool-a`` and ``pool-b``, started once, side by side;
   for tests that only read, or write inside their own namespace.
 - ``namespace`` (function): a fresh, uniquely named namespace on ``pool-a``.
-- ``fresh_cluster`` (function): a factory of clusters of the test's own, for destructive tests.
+- ``pods_cluster`` (session): cluster ``pods``, whose Pods run: kube-scheduler, kwok's simulated
+  kubelets on fake Nodes and the workload controllers (``agent.dev.simulation``); started only
+  when a test asks for it, so sessions that never do pay nothing. ``pods_namespace`` (function):
+  a fresh namespace on it.
+- ``fresh_cluster`` (function): a factory of clusters of the test's own, for destructive tests;
+  ``fresh_cluster(pods=True)`` runs simulated Pods.
 - ``cluster_ctl`` (function): stop / start / restart / freeze / thaw clusters, issue and revoke
   ServiceAccount tokens; undoes freezes and restarts stopped pool clusters afterwards.
 - ``e2e`` (function): agents, namespace names and daemons for end-to-end tests
@@ -69,8 +74,13 @@ def cluster_pool(cluster_state_dir: Path) -> Iterator[ClusterPool]:
 
 @pytest.fixture
 def namespace(cluster_pool: ClusterPool, request: pytest.FixtureRequest) -> Iterator[TestNamespace]:
-    cluster = cluster_pool[clusters.POOL_NAMES[0]]
-    name = clusters.namespace_name(request.node.name)
+    yield from _namespace_on(cluster_pool[clusters.POOL_NAMES[0]], request.node.name, cluster_pool)
+
+
+def _namespace_on(
+    cluster: LocalCluster, test_name: str, pool: ClusterPool | None = None
+) -> Iterator[TestNamespace]:
+    name = clusters.namespace_name(test_name)
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     code, answer = localcluster.api_request(cluster, "POST", "/api/v1/namespaces", body)
     if code != 201:
@@ -78,20 +88,37 @@ def namespace(cluster_pool: ClusterPool, request: pytest.FixtureRequest) -> Iter
     yield TestNamespace(cluster, name)
     # Not waited for: the namespace controller finishes it in the background. A test that stopped
     # the pool cluster has had it restarted by cluster_ctl; if it is still down, nothing to clean.
+    current = pool[cluster.name] if pool is not None else cluster
     with contextlib.suppress(OSError):
-        localcluster.api_request(cluster_pool[cluster.name], "DELETE", f"/api/v1/namespaces/{name}")
+        localcluster.api_request(current, "DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="session")
+def pods_cluster(cluster_state_dir: Path) -> Iterator[LocalCluster]:
+    clusters.require_control_plane(pods=True)
+    try:
+        yield clusters.start(clusters.PODS_NAME, cluster_state_dir, pods=True)
+    finally:
+        clusters.delete(clusters.PODS_NAME, cluster_state_dir)
 
 
 @pytest.fixture
-def fresh_cluster(cluster_state_dir: Path) -> Iterator[Callable[[], LocalCluster]]:
+def pods_namespace(pods_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[TestNamespace]:
+    yield from _namespace_on(pods_cluster, request.node.name)
+
+
+@pytest.fixture
+def fresh_cluster(cluster_state_dir: Path) -> Iterator[Callable[..., LocalCluster]]:
     """``fresh_cluster()`` starts a new cluster owned by this test; all are deleted after it."""
     clusters.require_control_plane()
     names: list[str] = []
 
-    def make() -> LocalCluster:
+    def make(*, pods: bool = False) -> LocalCluster:
+        if pods:
+            clusters.require_control_plane(pods=True)
         name = f"fresh-{next(_fresh_names)}"
         names.append(name)
-        return clusters.start(name, cluster_state_dir)
+        return clusters.start(name, cluster_state_dir, pods=pods)
 
     try:
         yield make

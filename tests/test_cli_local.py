@@ -52,6 +52,10 @@ def test_demo_applies_apps_a_chart_release_and_a_commit_and_keeps_a_hand_label(t
     assert "created    ConfigMap/demo/greeter" in first
     assert "configured ConfigMap/demo/greeter (changed: data.chart" in second
     assert "demo-a app greeter: revision" in second and ", chart greeter@0.2.0 (sha256:" in second
+    # The clusters run simulated Pods (kube-scheduler and kwok are built): the new image rolls out.
+    assert "Pods are simulated" in text
+    for cluster in ("demo-a", "demo-b"):
+        assert f'{cluster}: deployment "web" successfully rolled out' in second
     assert "kubectl label deployment web -n demo owner=alice" in second
     assert "✔ owner=alice is still on deployment/web in demo-a after the reconcile" in third
     # Stopped afterwards (no --keep): nothing left running.
@@ -70,6 +74,10 @@ def test_local_cluster_start_prints_kubeconfig_last_and_restart_keeps_path_and_d
         again = cli("local-cluster", "start", "--name", "cli-x", "--state-dir", state)
         assert Path(again.stdout.strip().splitlines()[-1]) == kubeconfig
         assert "marker" in kubectl(kubeconfig, "get", "configmap", "marker", "-n", "default", "-o", "name")
+        # A new cluster runs simulated Pods, a restart as it last ran; the other mode needs a stop.
+        assert "node/kwok-node-0" in kubectl(kubeconfig, "get", "nodes", "-o", "name")
+        other = cli("local-cluster", "start", "--name", "cli-x", "--state-dir", state, "--no-pods")
+        assert other.returncode == 1 and "runs with simulated Pods: stop it first" in other.stderr
 
         token = cli(
             "local-cluster",

@@ -1,9 +1,12 @@
 """Following apps' rollouts after their passes, on a real local API server.
 
-The local control plane runs no Deployment or ReplicaSet controller and no kubelet:
+The pool's control plane runs no Deployment or ReplicaSet controller and no kubelet: there
 ``tests/rollout.py`` writes what they would (ReplicaSets, Pods, every status through the status
-subresource). Waits are stepped with an explicit clock where the test is about time (debounce,
-timeout), so those tests take seconds; the daemon tests wait on ``/status`` for what they expect.
+subresource), where a test steps the rollout itself. The daemon tests of two apps run on the
+``pods`` cluster instead, whose Pods run (kube-scheduler, kwok): a Deployment rolls out by
+itself, and one whose image is tagged ``:fail`` stays in ImagePullBackOff. Waits are stepped with
+an explicit clock where the test is about time (debounce, timeout), so those tests take seconds;
+the daemon tests wait on ``/status`` for what they expect.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +25,14 @@ import yaml
 
 from agent.config.load import load_config
 from agent.config.types import CLUSTER_DEFAULTS, ClusterConfig, Config
-from agent.errors import ApiError
+from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
 from agent.model import AppHealth, HealthCause, HealthState, PassState
 from agent.reconcile.reconciler import ClusterReconciler
 from tests import daemonkit
 from tests.agentkit import Repo, kubectl, make_repo, unique
 from tests.appkit import AppsAgent, write_apps_config
-from tests.clusters import ClusterPool
+from tests.clusters import PODS_NAME, ClusterPool
 from tests.rollout import roll_out
 from tests.waiting import wait_for
 
@@ -341,11 +343,20 @@ def test_a_wait_entry_the_app_does_not_apply_is_named_and_fails_at_the_timeout(
 # -- the daemon: two apps on one cluster, a new commit, dependencies ----------------------------
 
 
-def two_apps(tmp_path: Path, cluster_pool: ClusterPool, ns: str, **web: Any) -> tuple[Repo, Config]:
+@pytest.fixture
+def pods_ns(pods_cluster: LocalCluster) -> Iterator[str]:
+    """A namespace name on the ``pods`` cluster, deleted after the test (the agent creates it)."""
+    name = unique("health")
+    yield name
+    kubectl(pods_cluster.kubeconfig, "delete", "namespace", name, "--wait=false", check=False)
+
+
+def two_apps(tmp_path: Path, cluster: LocalCluster, ns: str, **web: Any) -> tuple[Repo, Config]:
+    """``web`` (image tagged ``:fail``: ImagePullBackOff) and ``api`` (rolls out) on ``cluster``."""
     repo = make_repo(
         tmp_path,
         {
-            "web/all.yaml": NS.format(ns=ns) + "---\n" + deployment(ns, "web", image="nginx:nope"),
+            "web/all.yaml": NS.format(ns=ns) + "---\n" + deployment(ns, "web", image="nginx:fail"),
             "api/all.yaml": NS.format(ns=ns) + "---\n" + deployment(ns, "api"),
         },
     )
@@ -353,11 +364,12 @@ def two_apps(tmp_path: Path, cluster_pool: ClusterPool, ns: str, **web: Any) -> 
     cfg = write_apps_config(
         tmp_path,
         repo,
-        cluster_pool["pool-a"],
+        cluster,
         [
             {"name": "web", "path": "web", "health_timeout": "15s", **common, **web},
             {"name": "api", "path": "api", "health_timeout": "300s", **common},
         ],
+        cluster_name=cluster.name,
     )
     return repo, daemonkit.tune(cfg)
 
@@ -379,15 +391,12 @@ def health_in(cfg: Config, app: str, state: str) -> dict[str, Any] | None:
 
 
 def test_one_app_failing_its_rollout_does_not_delay_another_on_the_same_cluster(
-    tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient, daemons: daemonkit.Daemons
+    tmp_path: Path, pods_cluster: LocalCluster, pods_ns: str, daemons: daemonkit.Daemons
 ) -> None:
-    _, cfg = two_apps(tmp_path, cluster_pool, ns)
+    ns = pods_ns
+    _, cfg = two_apps(tmp_path, pods_cluster, ns)
     daemons(cfg)
     wait_for("both apps applied", lambda: all(app_row(cfg, a)["state"] == "ok" for a in ("web", "api")), 60)
-    roll_out(
-        admin, ns, "web", ready=0, waiting="ImagePullBackOff", message='Back-off pulling image "nginx:nope"'
-    )
-    roll_out(admin, ns, "api")
     api = wait_for("api rolled out", lambda: health_in(cfg, "api", "Current"), 30)
     web_now = health_of(cfg, "web")
     assert web_now is not None and web_now["state"] == "InProgress", web_now  # still waiting meanwhile
@@ -396,10 +405,10 @@ def test_one_app_failing_its_rollout_does_not_delay_another_on_the_same_cluster(
     assert "ImagePullBackOff" in (web["blocker"] or ""), web
     assert app_row(cfg, "web")["state"] == "ok"  # applied, degraded: health is reported apart
     metrics = daemonkit.http(daemonkit.url(cfg, "/metrics"))[1]
-    assert 'gitops_agent_app_health{app="web",cluster="pool-a",state="Failed"} 1.0' in metrics
-    assert 'gitops_agent_app_health{app="api",cluster="pool-a",state="Current"} 1.0' in metrics
+    assert f'gitops_agent_app_health{{app="web",cluster="{PODS_NAME}",state="Failed"}} 1.0' in metrics
+    assert f'gitops_agent_app_health{{app="api",cluster="{PODS_NAME}",state="Current"}} 1.0' in metrics
     events = json.loads(
-        kubectl(cluster_pool["pool-a"].kubeconfig, "get", "events", "-n", cfg.agent.namespace, "-o", "json")
+        kubectl(pods_cluster.kubeconfig, "get", "events", "-n", cfg.agent.namespace, "-o", "json")
     )["items"]
     reasons = {(e["reason"], e["involvedObject"]["name"]) for e in events}
     assert ("HealthFailed", f"{cfg.agent.name}.web") in reasons, reasons
@@ -407,13 +416,14 @@ def test_one_app_failing_its_rollout_does_not_delay_another_on_the_same_cluster(
     table = subprocess.run(
         [sys.executable, "-m", "agent.cli", "status", "--config", cfg.file], capture_output=True, text=True
     ).stdout
-    assert "HEALTH" in table and "pool-a/web: health Failed" in table and "ImagePullBackOff" in table, table
+    assert "HEALTH" in table and f"{PODS_NAME}/web: health Failed" in table and "ImagePullBackOff" in table
 
 
 def test_a_new_commit_during_a_long_wait_cancels_it_and_assesses_the_new_revision(
-    tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient, daemons: daemonkit.Daemons
+    tmp_path: Path, pods_cluster: LocalCluster, pods_ns: str, daemons: daemonkit.Daemons
 ) -> None:
-    repo, cfg = two_apps(tmp_path, cluster_pool, ns, health_timeout="300s")
+    ns = pods_ns
+    repo, cfg = two_apps(tmp_path, pods_cluster, ns, health_timeout="300s")
     daemons(cfg)
     first = wait_for("web waiting", lambda: health_in(cfg, "web", "InProgress"), 60)
     fixed = {
@@ -425,8 +435,7 @@ def test_a_new_commit_during_a_long_wait_cancels_it_and_assesses_the_new_revisio
     wait_for(
         "web's wait on the new revision", lambda: (health_of(cfg, "web") or {}).get("revision") == second, 60
     )
-    roll_out(admin, ns, "web")
-    done = wait_for("web rolled out", lambda: health_in(cfg, "web", "Current"), 30)
+    done = wait_for("web rolled out", lambda: health_in(cfg, "web", "Current"), 60)
     assert done["revision"] == second and done["done"]
 
 
@@ -460,37 +469,19 @@ def test_depends_on_waits_for_the_dependency_to_roll_out_not_only_to_apply(
 
 
 def test_run_once_waits_for_rollouts_and_exits_1_naming_the_blocking_pod(
-    tmp_path: Path, cluster_pool: ClusterPool, ns: str, admin: KubeClient
+    tmp_path: Path, pods_cluster: LocalCluster, pods_ns: str
 ) -> None:
-    _, cfg = two_apps(tmp_path, cluster_pool, ns)
-
-    def controllers() -> None:
-        # What the Deployment controller and kubelet do once the agent has applied the Deployments.
-        wait_for("web and api applied", lambda: _exists(admin, ns, "web") and _exists(admin, ns, "api"), 60)
-        roll_out(admin, ns, "api")
-        roll_out(admin, ns, "web", ready=0, waiting="ErrImagePull", message="manifest unknown")
-
-    t = threading.Thread(target=controllers, daemon=True)
-    t.start()
+    _, cfg = two_apps(tmp_path, pods_cluster, pods_ns)
     out = subprocess.run(
         [sys.executable, "-m", "agent.cli", "run", "--once", "--config", cfg.file],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    t.join(10)
     assert out.returncode == 1, out.stderr[-3000:]
     assert "HEALTH" in out.stdout and "Failed" in out.stdout and "Current" in out.stdout, out.stdout
-    assert "ErrImagePull" in out.stdout, out.stdout
+    assert "ImagePullBackOff" in out.stdout, out.stdout
     assert "health Failed" in out.stdout
-
-
-def _exists(admin: KubeClient, ns: str, name: str) -> bool:
-    try:
-        admin.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}")
-        return True
-    except ApiError:
-        return False
 
 
 def test_an_object_annotated_out_of_health_is_not_waited_for(

@@ -266,12 +266,13 @@ def _bootstrap_copy(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_bootstrap_builds_only_what_the_demo_needs_and_the_test_form_builds_the_rest(tmp_path: Path) -> None:
-    """The README's first command waits for the control plane alone; sops, the oracles and the
-    benchmarks' peers are built by `scripts/bootstrap --test` (scripts/test, CI) on first use."""
+    """The README's first command waits for the control plane and what the demo runs (krender, kwok's
+    simulated kubelets); sops, the oracles and the benchmarks' peers are built by
+    `scripts/bootstrap --test` (scripts/test, CI) on first use."""
     bootstrap, calls = _bootstrap_copy(tmp_path)
     out = subprocess.run([str(bootstrap)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert calls.read_text().splitlines() == ["install-control-plane ", "install-go-tools krender"]
+    assert calls.read_text().splitlines() == ["install-control-plane ", "install-go-tools krender kwok"]
     assert "bootstrap: ready in" in out.stderr
     calls.unlink()
     out = subprocess.run([str(bootstrap), "--test"], capture_output=True, text=True, timeout=120)

@@ -285,7 +285,10 @@ def prune_approve(config_file: str, cluster_name: str, app_name: str | None, dig
 
 @main.group("local-cluster")
 def local_cluster() -> None:
-    """A real local control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos."""
+    """A real local control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos.
+
+    With simulated Pods (the default of ``start``), kube-scheduler and kwok run beside them.
+    """
 
 
 _state_dir = click.option(
@@ -314,11 +317,20 @@ def _dev(module: str) -> ModuleType:
 @local_cluster.command("start")
 @click.option("--name", required=True)
 @_state_dir
-def lc_start(name: str, state_dir: str) -> None:
+@click.option(
+    "--pods/--no-pods",
+    default=None,
+    help="Simulated Pods: kube-scheduler and kwok's fake Nodes run them (images tagged :fail fail). "
+    "Default: as NAME last ran; a new cluster runs them.",
+)
+def lc_start(name: str, state_dir: str, pods: bool | None) -> None:
     """Start NAME (a restart if it ran before); prints the admin kubeconfig path last."""
     localcluster = _dev("localcluster")
+    state = Path(state_dir).expanduser()
     try:
-        lc = localcluster.start(name, Path(state_dir).expanduser())
+        if pods is None and not localcluster.ran_before(name, state):
+            pods = True
+        lc = localcluster.start(name, state, pods=pods)
     except LocalClusterError as e:
         click.echo(f"local-cluster: {e}", err=True)
         sys.exit(EXIT_FAILED)

@@ -9,6 +9,8 @@ with its own inventory; ``demo-b`` is one ``[[clusters]]`` entry with paths, as
 configs without apps are. Last, a label added with the pinned ``kubectl label``
 on an object the agent manages is shown surviving the next reconcile: the
 project's headline promise (docs/safety.md rule 4), checked, not just printed.
+When kube-scheduler and kwok are installed (``scripts/bootstrap``) the clusters run simulated
+Pods, and the demo shows each rollout completing (``kubectl rollout status``).
 Also the fixture the end-to-end tests reuse (``commit_directory``).
 """
 
@@ -167,6 +169,37 @@ def _hand_label_value(kubeconfig: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _pods_simulated(echo: Callable[[str], None]) -> bool:
+    """Whether the clusters can run simulated Pods (kube-scheduler and kwok installed); says which."""
+    from agent.dev.layout import SIMULATION
+    from agent.errors import LocalClusterError
+    from agent.render.binaries import tool
+
+    try:
+        for component in SIMULATION:
+            tool(component)
+    except LocalClusterError as e:
+        echo(f"• Pods are not simulated ({e}): Deployments apply but never become Available")
+        return False
+    echo("• Pods are simulated: kube-scheduler and kwok play the kubelets of two fake Nodes per cluster")
+    return True
+
+
+def _show_rollouts(kubeconfigs: dict[str, Path], echo: Callable[[str], None]) -> bool:
+    """``kubectl rollout status`` of ``web`` on each cluster: the rollout the second commit started."""
+    kind, ns, name = LABELLED
+    ok = True
+    for cluster, kubeconfig in kubeconfigs.items():
+        try:
+            said = _kubectl(kubeconfig, "rollout", "status", f"{kind}/{name}", "-n", ns, "--timeout=90s")
+        except RuntimeError as e:
+            echo(f"  {cluster}: {e}")
+            ok = False
+            continue
+        echo(f"  {cluster}: {said.strip().splitlines()[-1]}")
+    return ok
+
+
 def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = print) -> bool:
     from agent.dev import localcluster
     from agent.dev.chartrepo import ChartRepository
@@ -176,13 +209,16 @@ def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = p
     t0 = time.monotonic()
     echo("• installing the pinned control plane (cached after the first run)…")
     bin_dir(install=True)
+    pods = _pods_simulated(echo)
     echo("• starting two local clusters: " + ", ".join(CLUSTERS))
-    kubeconfigs = {name: localcluster.start(name, state / "clusters").kubeconfig for name in CLUSTERS}
+    kubeconfigs = {
+        name: localcluster.start(name, state / "clusters", pods=pods).kubeconfig for name in CLUSTERS
+    }
     try:
         if (state / "charts").exists():
             shutil.rmtree(state / "charts")
         with ChartRepository(state / "charts").serve() as charts:
-            ok = _reconciles(state, kubeconfigs, charts, echo)
+            ok = _reconciles(state, kubeconfigs, charts, echo, pods=pods)
         echo(f"\ndone in {time.monotonic() - t0:.1f}s; config: {state / 'config.toml'}")
         return ok
     finally:
@@ -194,7 +230,12 @@ def run_demo(state: Path, *, keep: bool = False, echo: Callable[[str], None] = p
 
 
 def _reconciles(
-    state: Path, kubeconfigs: dict[str, Path], charts: ChartRepository, echo: Callable[[str], None]
+    state: Path,
+    kubeconfigs: dict[str, Path],
+    charts: ChartRepository,
+    echo: Callable[[str], None],
+    *,
+    pods: bool,
 ) -> bool:
     """The demo's three reconciles: the first commit, the second with a new chart release, and
     one after a label added by hand. True when all succeeded and the label survived."""
@@ -239,6 +280,10 @@ def _reconciles(
         )
         second = reconcile("second reconcile")
         echo("\n".join(describe(second)))
+        rolled_out = True
+        if pods:
+            echo("\n• the new image rolls out on the simulated Nodes:")
+            rolled_out = _show_rollouts(kubeconfigs, echo)
         kind, ns, name = LABELLED
         label = "=".join(HAND_LABEL)
         echo(f"\n• by hand, on {APPS_CLUSTER}: kubectl label {kind} {name} -n {ns} {label}")
@@ -254,4 +299,4 @@ def _reconciles(
         )
     else:
         echo(f"\n✘ {label} is gone from {kind}/{name} in {APPS_CLUSTER}: the reconcile reverted it.")
-    return kept and all(r.ok for r in first + second + third)
+    return kept and rolled_out and all(r.ok for r in first + second + third)

@@ -1,5 +1,8 @@
 """A real local control plane: etcd + kube-apiserver + kube-controller-manager on loopback.
 
+With ``pods=True`` kube-scheduler and kwok run beside them (``agent.dev.simulation``): fake Nodes
+whose simulated kubelets make Pods run, Jobs complete, and images tagged ``:fail`` fail.
+
 The test fixtures (``tests/conftest.py``), ``gitops-agent local-cluster`` and
 ``gitops-agent demo`` call this module; the agent itself never does. Each
 cluster lives under ``STATE_DIR/NAME``::
@@ -7,6 +10,7 @@ cluster lives under ``STATE_DIR/NAME``::
     pki/                      CA, serving and client certificates, ServiceAccount signing keys
     admin.kubeconfig          system:masters client certificate; this path never changes for NAME
     controller-manager.kubeconfig
+    scheduler.kubeconfig, kwok.kubeconfig, kwok-stages.yaml, simulated-pods   (pods=True only)
     tokens/NS.SA.kubeconfig   ServiceAccount bearer tokens (revocable, subject to RBAC)
     etcd-data -> /dev/shm/... etcd's data on tmpfs when the machine has one
     ports.json, *.pid, *.log  what is running where, and what it said
@@ -28,6 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.dev.layout import (
+    APISERVER,
+    COMPONENTS,
+    CONTROLLER_MANAGER,
+    ETCD,
+    KWOK,
+    SCHEDULER,
+    SIMULATION,
+    ClusterStatus,
+    LocalCluster,
+    Paths,
+    Pids,
+    Ports,
+)
 from agent.dev.pki import (
     delete_service_account,
     ensure_pki,
@@ -37,18 +55,9 @@ from agent.dev.pki import (
     write_private,
 )
 from agent.dev.process import (
-    APISERVER,
-    COMPONENTS,
-    CONTROLLER_MANAGER,
     CONTROLLERS,
-    ETCD,
     SERVICE_ACCOUNT_ISSUER,
     TOKEN_LIFETIME_SECONDS,
-    ClusterStatus,
-    LocalCluster,
-    Paths,
-    Pids,
-    Ports,
     PortTaken,
     choose_ports,
     endpoint_of,
@@ -66,6 +75,7 @@ from agent.dev.process import (
     wait_ready,
     write_token_kubeconfig,
 )
+from agent.dev.simulation import FAIL_IMAGE
 from agent.errors import LocalClusterError
 from agent.render import binaries as tools
 
@@ -75,7 +85,10 @@ __all__ = [
     "CONTROLLERS",
     "CONTROLLER_MANAGER",
     "ETCD",
+    "KWOK",
+    "SCHEDULER",
     "SERVICE_ACCOUNT_ISSUER",
+    "SIMULATION",
     "ClusterStatus",
     "LocalCluster",
     "Pids",
@@ -85,6 +98,7 @@ __all__ = [
     "freeze",
     "is_running",
     "kubectl",
+    "ran_before",
     "restart_component",
     "revoke",
     "start",
@@ -98,17 +112,33 @@ __all__ = [
 # ---------------------------------------------------------------- public API
 
 
-def start(name: str, state_dir: Path, *, timeout: float = 60.0) -> LocalCluster:
+def start(
+    name: str,
+    state_dir: Path,
+    *,
+    timeout: float = 60.0,
+    pods: bool | None = None,
+    fail_image: str = FAIL_IMAGE,
+) -> LocalCluster:
     """Start cluster NAME (or return it if it already runs) and wait until it is ready.
 
+    ``pods``: run the simulated kubelets (kube-scheduler, kwok and the workload controllers) too;
+    None: as NAME last ran (a new cluster: without). A running NAME is returned as it runs when
+    ``pods`` is None; asking it for the other mode is an error (stop it first). ``fail_image``: a
+    regular expression; a container image it matches fails (``agent.dev.simulation``).
     Raises ``LocalClusterError`` with the tail of the failing component's log.
     """
-    binaries = {c: tools.tool(c) for c in COMPONENTS}
     paths = Paths.of(name, state_dir)
+    if pods is None:
+        pods = paths.simulated.is_file()
+    binaries = {c: tools.tool(c) for c in (COMPONENTS + SIMULATION if pods else COMPONENTS)}
     paths.root.mkdir(parents=True, exist_ok=True)
     with locked(paths):
         running = find_running(paths)
         if running is not None:
+            if (running.pids.kwok is not None) != pods:
+                mode = "with" if running.pids.kwok is not None else "without"
+                raise LocalClusterError(f"local cluster {name!r} runs {mode} simulated Pods: stop it first")
             if not is_frozen(paths):
                 wait_ready(paths, running.ports, (ETCD, APISERVER), time.monotonic() + timeout, {})
             return running
@@ -117,10 +147,15 @@ def start(name: str, state_dir: Path, *, timeout: float = 60.0) -> LocalCluster:
         ensure_etcd_data(paths)
         previous = read_ports(paths)
         try:
-            return launch(paths, binaries, choose_ports(previous), timeout)
+            return launch(paths, binaries, choose_ports(previous), timeout, pods=pods, fail_image=fail_image)
         except PortTaken:
             # Another process took a port between our check and the bind: once more, on fresh ports.
-            return launch(paths, binaries, choose_ports(None), timeout)
+            return launch(paths, binaries, choose_ports(None), timeout, pods=pods, fail_image=fail_image)
+
+
+def ran_before(name: str, state_dir: Path) -> bool:
+    """Whether NAME has started before in ``state_dir`` (it has ports there, running or not)."""
+    return Paths.of(name, state_dir).ports.is_file()
 
 
 def restart_component(name: str, state_dir: Path, component: str, *, timeout: float = 60.0) -> None:
@@ -162,6 +197,9 @@ def delete(name: str, state_dir: Path) -> None:
 def freeze(name: str, state_dir: Path, *, timeout: float = 10.0) -> None:
     """SIGSTOP the apiserver and etcd: connections hang as with a cluster that stopped answering.
 
+    The controller manager (and the scheduler and kwok of simulated Pods) keep running: their
+    requests hang too, as a client's would.
+
     Returns once the kernel shows them stopped: a signal is delivered to every thread of a process
     in its own time, and a busy machine took longer than the caller's next look (``status``)."""
     paths = Paths.of(name, state_dir)
@@ -189,7 +227,7 @@ def _until(done: Callable[[], bool], timeout: float, why: str) -> None:
 
 def status(name: str, state_dir: Path) -> ClusterStatus:
     paths = Paths.of(name, state_dir)
-    pids = {c: live_pid(paths, c) for c in COMPONENTS}
+    pids = {c: live_pid(paths, c) for c in paths.components()}
     running = all(p is not None for p in pids.values())
     return ClusterStatus(name, running, running and is_frozen(paths), pids)
 

@@ -155,6 +155,23 @@ def ensure_pki(directory: Path, *, cluster_name: str) -> Pki:
     return pki
 
 
+def ensure_client_cert(pki: Pki, stem: str, *, cn: str, org: str | None = None) -> tuple[Path, Path]:
+    """``STEM.crt``/``STEM.key``: a client certificate for ``cn`` signed by the cluster's CA, made once.
+
+    For identities only some clusters use (the simulated kubelets' components): issued when first
+    needed, so a PKI made before they existed is extended, not regenerated.
+    """
+    cert_path, key_path = pki.directory / f"{stem}.crt", pki.directory / f"{stem}.key"
+    if cert_path.is_file() and key_path.is_file():
+        return cert_path, key_path
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise LocalClusterError(f"{pki.ca_key}: expected the EC key this module writes")
+    _issue(cert_path, key_path, ca_cert, ca_key, cn=cn, org=org)
+    return cert_path, key_path
+
+
 def _ec_key() -> ec.EllipticCurvePrivateKey:
     # P-256 keys are generated in microseconds; RSA would add ~100 ms per certificate to a cold start.
     return ec.generate_private_key(ec.SECP256R1())

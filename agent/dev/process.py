@@ -13,21 +13,31 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.dev.pki import Endpoint, Pki, b64, https, write_kubeconfig, write_private
+from agent.dev import simulation
+from agent.dev.layout import (
+    APISERVER,
+    COMPONENTS,
+    CONTROLLER_MANAGER,
+    ETCD,
+    KWOK,
+    SCHEDULER,
+    SIMULATION,
+    LocalCluster,
+    Paths,
+    Pids,
+    Ports,
+)
+from agent.dev.pki import Endpoint, b64, https, write_kubeconfig, write_private
 from agent.errors import LocalClusterError
 
-ETCD, APISERVER, CONTROLLER_MANAGER = "etcd", "kube-apiserver", "kube-controller-manager"
-COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER)
 # Fixed, port-independent issuer: tokens issued before a restart on another port stay valid.
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # What tests rely on: namespace deletion finishes, ownerReferences cascade, every namespace
@@ -44,96 +54,9 @@ CONTROLLERS = (
 TOKEN_LIFETIME_SECONDS = 10 * 365 * 24 * 3600
 # Small on purpose: a runaway test meets "database space exceeded" instead of filling /dev/shm.
 _ETCD_QUOTA_BYTES = 256 * 1024 * 1024
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 # A Popen object must outlive its child or Python warns (ResourceWarning) when it is collected;
 # keeping them also lets us reap our own children, which would otherwise linger as zombies.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-@dataclass(frozen=True)
-class Ports:
-    etcd: int
-    apiserver: int
-
-
-@dataclass(frozen=True)
-class Pids:
-    etcd: int
-    apiserver: int
-    controller_manager: int
-
-
-@dataclass(frozen=True)
-class LocalCluster:
-    """A running local cluster, as ``start`` returns it."""
-
-    name: str
-    state_dir: Path
-    kubeconfig: Path
-    api_url: str
-    ca_file: Path
-    ports: Ports
-    pids: Pids
-
-    @property
-    def directory(self) -> Path:
-        return self.state_dir / self.name
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """What ``status`` found: ``running`` means all three processes are alive (maybe frozen)."""
-
-    name: str
-    running: bool
-    frozen: bool
-    pids: dict[str, int | None]
-
-
-@dataclass(frozen=True)
-class Paths:
-    root: Path
-    name: str
-
-    @classmethod
-    def of(cls, name: str, state_dir: Path) -> Paths:
-        if not _NAME.match(name):
-            raise LocalClusterError(f"local cluster name {name!r}: use lowercase letters, digits and '-'")
-        return cls(Path(state_dir).absolute() / name, name)
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "admin.kubeconfig"
-
-    @property
-    def kcm_kubeconfig(self) -> Path:
-        return self.root / "controller-manager.kubeconfig"
-
-    @property
-    def ports(self) -> Path:
-        return self.root / "ports.json"
-
-    @property
-    def etcd_data(self) -> Path:
-        return self.root / "etcd-data"
-
-    @property
-    def tokens(self) -> Path:
-        return self.root / "tokens"
-
-    @property
-    def egress_selector(self) -> Path:
-        return self.root / "egress-selector.yaml"
-
-    @property
-    def pki(self) -> Pki:
-        return Pki(self.root / "pki")
-
-    def pidfile(self, component: str) -> Path:
-        return self.root / f"{component}.pid"
-
-    def log(self, component: str) -> Path:
-        return self.root / f"{component}.log"
 
 
 # ---------------------------------------------------------------- starting
@@ -143,18 +66,34 @@ class PortTaken(LocalClusterError):
     pass
 
 
-def launch(paths: Paths, binaries: dict[str, Path], ports: Ports, timeout: float) -> LocalCluster:
+def launch(
+    paths: Paths,
+    binaries: dict[str, Path],
+    ports: Ports,
+    timeout: float,
+    *,
+    pods: bool,
+    fail_image: str = simulation.FAIL_IMAGE,
+) -> LocalCluster:
+    """Start the control plane on ``ports``, and with ``pods`` the simulated kubelets beside it."""
     deadline = time.monotonic() + timeout
     _write_json(paths.ports, {"etcd": ports.etcd, "apiserver": ports.apiserver})
     _write_kubeconfigs(paths, ports)
-    offsets = {c: _size(paths.log(c)) for c in COMPONENTS}
+    if pods:
+        paths.simulated.touch()
+    else:
+        paths.simulated.unlink(missing_ok=True)
+    offsets = {c: _size(paths.log(c)) for c in COMPONENTS + SIMULATION}
     # The apiserver retries etcd until it answers, so both start at once.
     _spawn(paths, ETCD, _etcd_args(paths, binaries[ETCD], ports))
     _spawn(paths, APISERVER, _apiserver_args(paths, binaries[APISERVER], ports))
     try:
         wait_ready(paths, ports, (ETCD, APISERVER), deadline, offsets)
         # After readiness: the controller manager gives up if the apiserver is not healthy soon enough.
-        _spawn(paths, CONTROLLER_MANAGER, _controller_manager_args(paths, binaries[CONTROLLER_MANAGER]))
+        kcm = _controller_manager_args(paths, binaries[CONTROLLER_MANAGER], pods=pods)
+        _spawn(paths, CONTROLLER_MANAGER, kcm)
+        if pods:
+            _start_simulation(paths, binaries, ports, deadline, offsets, fail_image)
         _wait_controllers(paths, ports, deadline, offsets)
     except LocalClusterError as e:
         stop_components(paths)
@@ -165,6 +104,27 @@ def launch(paths: Paths, binaries: dict[str, Path], ports: Ports, timeout: float
     if running is None:
         raise LocalClusterError(f"{paths.name}: a component exited after startup:\n{_tails(paths, offsets)}")
     return running
+
+
+def _start_simulation(
+    paths: Paths,
+    binaries: dict[str, Path],
+    ports: Ports,
+    deadline: float,
+    offsets: dict[str, int],
+    fail_image: str,
+) -> None:
+    endpoint = endpoint_of(paths, ports)
+    try:
+        simulation.prepare(paths, endpoint, fail_image=fail_image)
+    except OSError as e:  # the apiserver was ready a moment ago: it died, or hangs
+        raise LocalClusterError(f"{paths.name}: preparing the simulated Pods: {e}") from e
+    for component, argv in simulation.arguments(paths, binaries).items():
+        _spawn(paths, component, argv)
+    ready = "kwok to report its Nodes Ready"
+    _wait_for(
+        paths, COMPONENTS + SIMULATION, deadline, offsets, ready, lambda: simulation.nodes_ready(endpoint)
+    )
 
 
 def respawn(paths: Paths, binaries: dict[str, Path], component: str, timeout: float) -> None:
@@ -243,9 +203,11 @@ def _apiserver_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
         "--service-cluster-ip-range=10.0.0.0/24",
         f"--egress-selector-config-file={_no_cluster_egress(paths)}",
         "--allow-privileged=true",
-        # As envtest: with no kubelet, pods never run, and this plugin would reject pods created in a
-        # namespace before the controller manager has made its `default` ServiceAccount.
-        "--disable-admission-plugins=ServiceAccount",
+        # As envtest: with no kubelet, pods never run, and ServiceAccount would reject pods created in
+        # a namespace before the controller manager has made its `default` ServiceAccount.
+        # TaintNodesByCondition taints a new Node not-ready until the node lifecycle controller sees
+        # it Ready; that controller is off (it would mark kwok's heartbeat-less Nodes NotReady).
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
         # The default reconciler rejects a loopback address for the `kubernetes` Service and logs it every
         # 10 s; nothing here runs in-cluster, so no endpoints are needed.
         "--endpoint-reconciler-type=none",
@@ -253,11 +215,12 @@ def _apiserver_args(paths: Paths, binary: Path, ports: Ports) -> list[str]:
     ]
 
 
-def _controller_manager_args(paths: Paths, binary: Path) -> list[str]:
+def _controller_manager_args(paths: Paths, binary: Path, *, pods: bool) -> list[str]:
+    controllers = CONTROLLERS + simulation.CONTROLLERS if pods else CONTROLLERS
     return [
         str(binary),
         f"--kubeconfig={paths.kcm_kubeconfig}",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(controllers)}",
         "--use-service-account-credentials=false",
         f"--service-account-private-key-file={paths.pki.sa_key}",
         f"--root-ca-file={paths.pki.ca_cert}",
@@ -286,7 +249,7 @@ def _wait_controllers(paths: Paths, ports: Ports, deadline: float, offsets: dict
     probe = "/api/v1/namespaces/default/serviceaccounts/default"
     _wait_for(
         paths,
-        COMPONENTS,
+        paths.components(),
         deadline,
         offsets,
         "the controllers to start",
@@ -423,11 +386,11 @@ def _proc_state(pid: int) -> str:
 
 
 def find_running(paths: Paths) -> LocalCluster | None:
-    pids = [live_pid(paths, c) for c in COMPONENTS]
+    pids = {c: live_pid(paths, c) for c in paths.components()}
     ports = read_ports(paths)
-    if ports is None or any(p is None for p in pids):
+    if ports is None or any(p is None for p in pids.values()):
         return None
-    etcd, apiserver, kcm = (p for p in pids if p is not None)
+    etcd, apiserver, kcm = (pids[c] or 0 for c in COMPONENTS)
     return LocalCluster(
         name=paths.name,
         state_dir=paths.root.parent,
@@ -435,7 +398,7 @@ def find_running(paths: Paths) -> LocalCluster | None:
         api_url=f"https://127.0.0.1:{ports.apiserver}",
         ca_file=paths.pki.ca_cert,
         ports=ports,
-        pids=Pids(etcd, apiserver, kcm),
+        pids=Pids(etcd, apiserver, kcm, pids.get(SCHEDULER), pids.get(KWOK)),
     )
 
 
@@ -456,13 +419,14 @@ def signal_components(paths: Paths, components: tuple[str, ...], sig: signal.Sig
 
 
 def stop_components(paths: Paths, timeout: float = 15.0) -> None:
-    for component in COMPONENTS:
+    """Stop every component that runs, whether or not this start of NAME asked for it."""
+    for component in COMPONENTS + SIMULATION:
         if (pid := live_pid(paths, component)) is not None:
             os.kill(pid, signal.SIGCONT)  # a stopped process would never act on SIGTERM
     # Clients first, so etcd is not the one to vanish under a live apiserver.
-    _terminate(paths, (CONTROLLER_MANAGER, APISERVER), timeout)
+    _terminate(paths, (*SIMULATION, CONTROLLER_MANAGER, APISERVER), timeout)
     _terminate(paths, (ETCD,), timeout)
-    for component in COMPONENTS:
+    for component in COMPONENTS + SIMULATION:
         paths.pidfile(component).unlink(missing_ok=True)
 
 
@@ -566,7 +530,7 @@ def _tail(path: Path, offset: int, lines: int = 30) -> str:
 def _tails(paths: Paths, offsets: dict[str, int]) -> str:
     return "\n".join(
         f"--- {paths.log(c)}:\n{_tail(paths.log(c), offsets.get(c, 0))}"
-        for c in COMPONENTS
+        for c in COMPONENTS + SIMULATION
         if paths.log(c).exists()
     )
 

@@ -63,6 +63,7 @@ from agent.render.kustomize import Graph, check_kustomization, kustomization_fil
 from agent.render.limits import MemoryFailures, bounded_runner, input_problems
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
+from agent.render.tooljson import SUBSTITUTED, converter, read_output
 from agent.render.tools import Runner, check_chart, helm_sections, helm_template
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -98,10 +99,6 @@ class RenderSpec:
     kube_version: str = ""
     #: A chart fetched from a repository (``source.charts``), outside the checkout; values files from it.
     chart_dir: Path | None = None
-
-
-# ---------------------------------------------------------------------------
-# Rendering
 
 
 class _Render:
@@ -285,12 +282,13 @@ class _Render:
             max_output=self.spec.max_output_bytes,
             max_file=self.spec.max_file_bytes,
             runner=self.runner,
+            json_unless=SUBSTITUTED if self.spec.vars is not None else "",
         )
         if out.problems:
             self.problems.extend(out.problems)
             return
         origin = Origin(self.rel(kfile), label=f"{rel} (kustomize build output)", provenance_lines=False)
-        docs, problems = parse_yaml(out.text, origin, self.spec.vars)
+        docs, problems = read_output(out.text, origin, self.spec.vars)
         if not problems:
             docs = self.sops.output_docs(docs, origin, graph.roots())
         self.add(docs, problems, origin)
@@ -347,7 +345,9 @@ class _Render:
             sections=helm_sections(out.text, rel),
             provenance_lines=False,
         )
-        docs, problems = parse_yaml(out.text, origin, None)
+        spec = self.spec
+        convert = converter(chart, timeout=spec.timeout, max_output=spec.max_output_bytes, runner=self.runner)
+        docs, problems = read_output(out.text, origin, None, convert=convert, item_lines=root != self.tree)
         if not problems and root == self.tree:  # a fetched chart holds no file of the app's keys
             docs = self.sops.output_docs(docs, origin, [chart])
         self.add(docs, problems, origin)

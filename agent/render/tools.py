@@ -27,7 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -345,20 +345,44 @@ def _inside(path: Path, root: Path) -> bool:
 def check_symlinks(directory: Path, tree: Path, rel: str) -> list[RenderProblem]:
     """Every symlink under ``directory`` that points outside the repository (or nowhere)."""
     problems: list[RenderProblem] = []
-    for dirpath, dirnames, filenames in os.walk(directory):
-        for name in sorted(dirnames + filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                target = p.resolve()
-                shown = f"{rel}/{p.relative_to(directory).as_posix()}".lstrip("./") or rel
-                if not _inside(target, tree):
-                    problems.append(
-                        RenderProblem(shown, f"symlink points outside the repository ({os.readlink(p)})")
-                    )
-                elif not target.exists():
-                    problems.append(RenderProblem(shown, f"dangling symlink ({os.readlink(p)})"))
-        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+    for entry in walk_entries(directory):
+        if entry.is_symlink():
+            p = Path(entry.path)
+            target = p.resolve()
+            shown = f"{rel}/{p.relative_to(directory).as_posix()}".lstrip("./") or rel
+            if not _inside(target, tree):
+                problems.append(
+                    RenderProblem(shown, f"symlink points outside the repository ({os.readlink(p)})")
+                )
+            elif not target.exists():
+                problems.append(RenderProblem(shown, f"dangling symlink ({os.readlink(p)})"))
     return problems
+
+
+def walk_entries(directory: Path) -> Iterator[os.DirEntry[str]]:
+    """Every entry under ``directory`` in ``os.walk``'s order, each directory's names sorted: its
+    entries, then each sub-directory's (in listing order), a symlinked one not entered.
+
+    One ``scandir`` a directory and no ``stat`` but of symlinks: a chart's checks through
+    ``os.walk`` and ``Path`` took two or three system calls a file, 5 ms of a small chart's render.
+    """
+    try:
+        with os.scandir(directory) as it:
+            entries = list(it)
+    except OSError:
+        return
+    yield from sorted(entries, key=lambda e: e.name)
+    for e in entries:
+        if is_dir(e) and not e.is_symlink():
+            yield from walk_entries(Path(e.path))
+
+
+def is_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a directory or a symlink to one (``False`` where that cannot be told)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------
@@ -482,14 +506,33 @@ def helm_template(
 
 
 _SOURCE = re.compile(r"^# Source: (?P<path>\S.*)$")
+_SOURCE_LINES = re.compile(r"^# Source: (?P<path>\S.*)$", re.MULTILINE)
+#: What ``str.splitlines`` breaks a line at besides "\n".
+_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def helm_sections(text: str, chart_rel: str) -> tuple[tuple[int, str], ...]:
-    """``(line, repository path)`` of every ``# Source:`` comment in helm's output."""
+    """``(line, repository path)`` of every ``# Source:`` comment in helm's output.
+
+    Lines are ``str.splitlines``'s; where "\n" is the only break, the comments are searched in
+    the whole text (matching each of cert-manager's 30,000 lines took 5 ms)."""
+    if any(c in text for c in _OTHER_BREAKS):
+        found = [(i, m) for i, line in enumerate(text.splitlines(), start=1) if (m := _SOURCE.match(line))]
+    else:
+        found, line, last = [], 1, 0
+        at = text.find("# Source: ")
+        while at >= 0:
+            end = text.find("\n", at)
+            if (at == 0 or text[at - 1] == "\n") and (
+                m := _SOURCE_LINES.match(text, at, len(text) if end < 0 else end)
+            ):
+                line += text.count("\n", last, at)
+                last = at
+                found.append((line, m))
+            at = text.find("# Source: ", at + 1)
     out: list[tuple[int, str]] = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if m := _SOURCE.match(line):
-            path = m.group("path").strip()
-            inner = path.split("/", 1)[1] if "/" in path else path
-            out.append((i, f"{chart_rel}/{inner}" if chart_rel not in ("", ".") else inner))
+    for i, m in found:
+        path = m.group("path").strip()
+        inner = path.split("/", 1)[1] if "/" in path else path
+        out.append((i, f"{chart_rel}/{inner}" if chart_rel not in ("", ".") else inner))
     return tuple(out)

@@ -122,7 +122,16 @@ def test_a_limited_child_starts_through_krender_with_its_limit_set_and_no_python
     )
     assert res.stdout.decode().strip() == f"({256 * MiB}, {256 * MiB})"
     ((argv, preexec),) = started
-    assert argv[:4] == [str(tool("krender")), "-limit-data", str(256 * MiB), "--"] and preexec is None
+    assert (
+        argv[:5] == [str(tool("krender")), "-limit-data", str(256 * MiB), "-exec", "--"] and preexec is None
+    )
+    # krender itself sets the limit on itself.
+    started.clear()
+    run_subprocess(
+        [str(tool("krender")), "-convert"], cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=MiB << 8
+    )
+    ((argv, preexec),) = started
+    assert argv == [str(tool("krender")), "-limit-data", str(256 * MiB), "-convert"] and preexec is None
     # A program looked up on PATH starts as before, its limit set in the child.
     started.clear()
     run_subprocess(

@@ -7,7 +7,7 @@
 // Usage: krender -root CHECKOUT [-max-input BYTES] [-max-file BYTES] [-json [-yaml-if TEXT]] [-dir D]... [-file F]... DIR
 //
 //	krender -convert < STREAM
-//	krender -limit-data BYTES -- PROGRAM [ARG]...
+//	krender -limit-data BYTES -exec -- PROGRAM [ARG]...
 //
 // Each -dir (the kustomization directories, with the files directly in them) and -file (the
 // other files the kustomizations name) is mounted in memory at its own absolute path, as
@@ -20,7 +20,8 @@
 // stream is not an ordinary one, or (-yaml-if) a value holds TEXT: then it is the YAML, which
 // never starts with "[" as the JSON does. -convert reads a YAML stream (helm template's output)
 // on standard input and prints it as JSON documents, or nothing with exit code 3 where -json
-// would print the YAML. -limit-data runs PROGRAM with RLIMIT_DATA set to BYTES (limit.go).
+// would print the YAML. -limit-data sets RLIMIT_DATA to BYTES first, for krender itself or, with
+// -exec, for PROGRAM, which krender becomes (limit.go).
 package main
 
 import (
@@ -64,10 +65,16 @@ func main() {
 	asJSON := flag.Bool("json", false, "print JSON documents where the output is an ordinary stream")
 	yamlIf := flag.String("yaml-if", "", "with -json: print YAML where a value holds this text")
 	convert := flag.Bool("convert", false, "print the YAML stream on standard input as JSON documents")
-	limitData := flag.Uint64("limit-data", 0, "run the program after -- with RLIMIT_DATA set to this many bytes")
+	limitData := flag.Uint64("limit-data", 0, "set RLIMIT_DATA to this many bytes first")
+	execute := flag.Bool("exec", false, "with -limit-data: become the program after --")
 	flag.Parse()
 	if *limitData > 0 {
-		os.Exit(limitAndExec(*limitData, flag.Args()))
+		if code := limit(*limitData); code != 0 {
+			os.Exit(code)
+		}
+	}
+	if *execute {
+		os.Exit(execArgs(flag.Args()))
 	}
 	if *convert {
 		os.Exit(convertStdin())

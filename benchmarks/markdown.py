@@ -511,8 +511,10 @@ def corpus_section(results: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "A chart's or a kustomization's render is its tool's run plus reading the tool's whole "
-        "output as objects, which the tool itself only prints: large output (CRDs) is what keeps "
-        "them over the target (`benchmarks/README.md`, profiling notes).",
+        "output as objects, which the tool itself only prints: krender reads it as Kubernetes does "
+        "(go-yaml v2) and hands it over as JSON (`agent/render/tooljson.py`); what is left over the "
+        "tool's run is mostly that reading of large output (CRDs: cert-manager's 1 MB takes ~25 ms "
+        "on two idle cores) (`benchmarks/README.md`, profiling notes).",
         "",
         f"Steady state: after one applying pass ({first['seconds']:.3f} s, {_req(first['requests'])}), "
         f"two passes counted at the server; kinds = {c['kinds']} distinct kinds the apps declare. "

@@ -3,11 +3,13 @@ and reads nothing but the checkout -- whatever a commit puts in a kustomization 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -100,6 +102,43 @@ def test_the_subprocess_runner_stops_a_child_at_its_memory_limit_and_says_so(tmp
         memory=256 * MiB,
     )
     assert not small.out_of_memory and small.returncode == 0 and 0 < small.peak_rss < 256 * MiB
+
+
+def test_a_limited_child_starts_through_krender_with_its_limit_set_and_no_python_callback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython forks for a ``preexec_fn``, copying the agent's page tables; krender sets the limit."""
+    started: list[tuple[list[str], object]] = []
+    popen = subprocess.Popen
+
+    def spy(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        started.append((args, kw.get("preexec_fn")))
+        return popen(args, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    show = "import resource; print(resource.getrlimit(resource.RLIMIT_DATA))"
+    res = run_subprocess(
+        [sys.executable, "-c", show], cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=256 * MiB
+    )
+    assert res.stdout.decode().strip() == f"({256 * MiB}, {256 * MiB})"
+    ((argv, preexec),) = started
+    assert (
+        argv[:5] == [str(tool("krender")), "-limit-data", str(256 * MiB), "-exec", "--"] and preexec is None
+    )
+    # krender itself sets the limit on itself.
+    started.clear()
+    run_subprocess(
+        [str(tool("krender")), "-convert"], cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=MiB << 8
+    )
+    ((argv, preexec),) = started
+    assert argv == [str(tool("krender")), "-limit-data", str(256 * MiB), "-convert"] and preexec is None
+    # A program looked up on PATH starts as before, its limit set in the child.
+    started.clear()
+    run_subprocess(
+        ["true"], cwd=tmp_path, env={"PATH": "/bin:/usr/bin"}, timeout=30, max_output=1024, memory=MiB << 8
+    )
+    ((argv, preexec),) = started
+    assert argv == ["true"] and preexec is not None
 
 
 #: How Go maps a large allocation: a writable mapping laid over a reserved range, which the kernel

@@ -6,14 +6,16 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.errors import RenderError
 from agent.render.binaries import tool
 from agent.render.kustomize import Graph, kustomize_build
+from agent.render.manifests import MAX_DEPTH, _non_json
 from agent.render.renderer import RenderSpec, render
-from agent.render.tools import RunResult, run_subprocess, sandbox_env
+from agent.render.tools import RunResult, helm_sections, run_subprocess, sandbox_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 KUSTOMIZE = RenderSpec("prod", ("kustomize/overlays/staging",), {})
@@ -183,3 +185,44 @@ def test_the_sandbox_environment_carries_nothing_of_the_agent(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
     env = sandbox_env(tmp_path)
     assert "AWS_SECRET_ACCESS_KEY" not in env and env["PATH"] == "" and env["HOME"] == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "---\n# Source: c/templates/a.yaml\na: 1\n---\n# Source: c/templates/b.yaml\n",
+        "x# Source: c/a\n# Source: \n# Source: c/q  \n# Source: c/last",
+        "# Source: c/a\r\n# Source: c/b\u2028# Source: c/c\n\x0c# Source: c/d\n",
+        "",
+    ],
+    ids=["helm's", "odd comments", "other line breaks", "empty"],
+)
+def test_helm_sections_count_lines_as_splitlines_does(text: str) -> None:
+    expected = [
+        (i, f"chart/{line.removeprefix('# Source: ').strip().split('/', 1)[1]}")
+        for i, line in enumerate(text.splitlines(), start=1)
+        if line.startswith("# Source: ") and line[10:11].strip()
+    ]
+    assert list(helm_sections(text, "chart")) == expected
+
+
+def nest(levels: int) -> dict[str, Any]:
+    """A mapping ``levels`` deep: ``{"x": {"x": ... {}}}``."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"a": [1, "x", None, True, 1.5, {"b": {}}]}, None),
+        ({"a": [1, {"b": float("nan")}]}, "a[1].b: nan is not a JSON number"),
+        ({"a": {"b": b"x"}}, "a.b: a bytes is not a JSON value"),
+        ({"a": nest(MAX_DEPTH)}, None),
+        ({"a": nest(MAX_DEPTH + 1)}, f"{('a' + '.x' * MAX_DEPTH)[:80]}...: nested more than 200 levels deep"),
+    ],
+)
+def test_a_value_json_cannot_carry_is_named_with_its_path(value: dict[str, Any], problem: str | None) -> None:
+    assert _non_json(value, "") == problem

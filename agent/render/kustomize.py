@@ -223,12 +223,15 @@ def kustomize_build(
     max_output: int,
     max_file: int,
     runner: Runner,
+    json_unless: str | None = None,
 ) -> ToolOutput:
     """The build of ``directory`` (checked into ``graph``) by ``krender``, which sees only what
     ``graph`` names of ``tree``, in memory: bounded like the plain walk's files, ``max_output``
-    in all and ``max_file`` for one file."""
+    in all and ``max_file`` for one file. ``json_unless``: as JSON documents where krender reads the
+    stream (``agent.render.tooljson``), unless a value holds this text (``""``: never)."""
     rel = directory.relative_to(tree).as_posix()
     argv = [str(krender), "-root", str(tree), "-max-input", str(max_output), "-max-file", str(max_file)]
+    argv += [] if json_unless is None else ["-json", *(["-yaml-if", json_unless] if json_unless else [])]
     argv += [*graph.mounts(), str(directory)]
     with tempfile.TemporaryDirectory(prefix="gitops-agent-kustomize-") as home:
         res, problems = _run(

@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from pathlib import Path
 
 from agent.errors import RenderError, RenderLimit, RenderProblem
-from agent.render.tools import Runner, RunResult, run_subprocess
+from agent.render.tools import Runner, RunResult, is_dir, run_subprocess, walk_entries
 
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 #: A cgroup v1 "limit" this large means none.
@@ -115,18 +115,16 @@ def input_problems(
     walk's are: ``max_file`` for one, ``max_total`` in all; the first file past a bound is named."""
     total = 0
     for root in paths:
-        files = (
-            (Path(d) / f for d, _, names in os.walk(root) for f in sorted(names)) if root.is_dir() else [root]
-        )
+        files = (e for e in walk_entries(root) if not is_dir(e)) if root.is_dir() else [root]
         for f in files:
             size = f.stat().st_size if f.is_file() else 0
             total += size
             if size > max_file:
-                return [RenderProblem(shown(f), f"file is {size} bytes, over the limit of {max_file}")]
+                return [RenderProblem(shown(Path(f)), f"file is {size} bytes, over the limit of {max_file}")]
             if total > max_total:
                 return [
                     RenderProblem(
-                        shown(f), f"the files this render reads exceed the limit of {max_total} bytes"
+                        shown(Path(f)), f"the files this render reads exceed the limit of {max_total} bytes"
                     )
                 ]
     return []

@@ -63,6 +63,7 @@ from agent.render.kustomize import Graph, check_kustomization, kustomization_fil
 from agent.render.limits import MemoryFailures, bounded_runner, input_problems
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_yaml
 from agent.render.sops import AgeKeys, Sops, SopsMode
+from agent.render.tooljson import SUBSTITUTED, converter, read_output
 from agent.render.tools import Runner, check_chart, helm_sections, helm_template
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -99,10 +100,6 @@ class RenderSpec:
     #: Outside the checkout: a repository's chart; the Git chart with its dependencies (source.chart_deps).
     chart_dir: Path | None = None
     chart_built: Path | None = None
-
-
-# ---------------------------------------------------------------------------
-# Rendering
 
 
 class _Render:
@@ -286,12 +283,13 @@ class _Render:
             max_output=self.spec.max_output_bytes,
             max_file=self.spec.max_file_bytes,
             runner=self.runner,
+            json_unless=SUBSTITUTED if self.spec.vars is not None else "",
         )
         if out.problems:
             self.problems.extend(out.problems)
             return
         origin = Origin(self.rel(kfile), label=f"{rel} (kustomize build output)", provenance_lines=False)
-        docs, problems = parse_yaml(out.text, origin, self.spec.vars)
+        docs, problems = read_output(out.text, origin, self.spec.vars)
         if not problems:
             docs = self.sops.output_docs(docs, origin, graph.roots())
         self.add(docs, problems, origin)
@@ -348,7 +346,9 @@ class _Render:
             sections=helm_sections(out.text, rel),
             provenance_lines=False,
         )
-        docs, problems = parse_yaml(out.text, origin, None)
+        spec = self.spec
+        convert = converter(chart, timeout=spec.timeout, max_output=spec.max_output_bytes, runner=self.runner)
+        docs, problems = read_output(out.text, origin, None, convert=convert, item_lines=fetched)
         if not problems and not fetched:  # a fetched chart holds no file of the app's keys
             docs = self.sops.output_docs(docs, origin, [in_git])
         self.add(docs, problems, origin)

@@ -4,7 +4,10 @@
 // nothing but the checkout's files it was given and reaches no network, whichever field a
 // kustomize release adds.
 //
-// Usage: krender -root CHECKOUT [-max-input BYTES] [-max-file BYTES] [-dir D]... [-file F]... DIR
+// Usage: krender -root CHECKOUT [-max-input BYTES] [-max-file BYTES] [-json [-yaml-if TEXT]] [-dir D]... [-file F]... DIR
+//
+//	krender -convert < STREAM
+//	krender -limit-data BYTES -exec -- PROGRAM [ARG]...
 //
 // Each -dir (the kustomization directories, with the files directly in them) and -file (the
 // other files the kustomizations name) is mounted in memory at its own absolute path, as
@@ -12,12 +15,21 @@
 // symlink is followed only to a target inside the checkout. Nothing else exists for the build.
 // Standard output is exactly what `kustomize build DIR` prints; errors go to standard error
 // with exit code 1 (2 for a usage error).
+//
+// With -json, standard output is the build as JSON documents (tojson.go) instead, unless the
+// stream is not an ordinary one, or (-yaml-if) a value holds TEXT: then it is the YAML, which
+// never starts with "[" as the JSON does. -convert reads a YAML stream (helm template's output)
+// on standard input and prints it as JSON documents, or nothing with exit code 3 where -json
+// would print the YAML. -limit-data sets RLIMIT_DATA to BYTES first, for krender itself or, with
+// -exec, for PROGRAM, which krender becomes (limit.go).
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -50,7 +62,23 @@ func main() {
 	root := flag.String("root", "", "the checkout: no file outside it is ever read")
 	maxInput := flag.Int64("max-input", 64<<20, "largest total of checkout bytes read into memory")
 	maxFile := flag.Int64("max-file", 16<<20, "largest single file of the checkout")
+	asJSON := flag.Bool("json", false, "print JSON documents where the output is an ordinary stream")
+	yamlIf := flag.String("yaml-if", "", "with -json: print YAML where a value holds this text")
+	convert := flag.Bool("convert", false, "print the YAML stream on standard input as JSON documents")
+	limitData := flag.Uint64("limit-data", 0, "set RLIMIT_DATA to this many bytes first")
+	execute := flag.Bool("exec", false, "with -limit-data: become the program after --")
 	flag.Parse()
+	if *limitData > 0 {
+		if code := limit(*limitData); code != 0 {
+			os.Exit(code)
+		}
+	}
+	if *execute {
+		os.Exit(execArgs(flag.Args()))
+	}
+	if *convert {
+		os.Exit(convertStdin())
+	}
 	if *root == "" || flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: krender -root CHECKOUT [-max-input BYTES] [-max-file BYTES] DIR")
 		os.Exit(2)
@@ -65,10 +93,33 @@ func main() {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}
+	if *asJSON {
+		if j, err := toJSON(out); err == nil && (*yamlIf == "" || !bytes.Contains(j, []byte(*yamlIf))) {
+			out = j
+		}
+	}
 	if _, err := os.Stdout.Write(out); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}
+}
+
+// convertStdin is -convert: 0 when it printed JSON documents, 3 when it hands the stream over.
+func convertStdin() int {
+	in, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		return 1
+	}
+	j, err := toJSON(in)
+	if err != nil {
+		return 3
+	}
+	if _, err := os.Stdout.Write(j); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		return 1
+	}
+	return 0
 }
 
 func build(root, dir string, dirs, files []string, maxInput, maxFile int64) ([]byte, error) {

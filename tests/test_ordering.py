@@ -14,7 +14,7 @@ import pytest
 
 from agent.errors import RenderError
 from agent.model import DeletePolicy, DesiredObject, HookTool, NotRun, Provenance, Stage, SyncKind
-from agent.plan.ordering import sync_order
+from agent.plan.ordering import live_wave, sync_order, wave_steps
 
 
 def obj(spec: str, line: int = 1) -> DesiredObject:
@@ -272,3 +272,22 @@ def test_every_unreadable_annotation_is_named_at_once() -> None:
 def test_a_skipped_or_deferred_object_is_named_with_why_it_never_runs() -> None:
     order = sync_order([obj("Job/j helm.sh/hook=pre-delete")], SyncKind.UPGRADE)
     assert not order.steps and [x.why for x in order.left_out] == [NotRun.DELETE_OR_ROLLBACK]
+
+
+def test_the_pass_applies_every_object_in_its_wave_hooks_included_until_hooks_run_natively() -> None:
+    steps = wave_steps(
+        [
+            obj("ConfigMap/a argocd.argoproj.io/sync-wave=1"),
+            obj("Job/j helm.sh/hook=pre-upgrade"),
+            obj("ConfigMap/b"),
+        ]
+    )
+    assert [(s.wave, [o.key.name for o in s.objects]) for s in steps] == [(0, ["b", "j"]), (1, ["a"])]
+    with pytest.raises(RenderError):
+        wave_steps([obj("ConfigMap/a argocd.argoproj.io/sync-wave=x")])
+
+
+def test_a_live_objects_wave_is_read_leniently_for_the_prune() -> None:
+    assert live_wave({"metadata": {"annotations": {"argocd.argoproj.io/sync-wave": "-2"}}}) == -2
+    assert live_wave({"metadata": {"annotations": {"argocd.argoproj.io/sync-wave": "x"}}}) == 0
+    assert live_wave({"metadata": {}}) == 0

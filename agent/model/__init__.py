@@ -120,6 +120,7 @@ from agent.model.ordering import (
     Step,
     SyncKind,
     SyncOrder,
+    WaveWait,
 )
 from agent.model.results import (
     ApiFinding,
@@ -228,6 +229,7 @@ __all__ = [
     "Step",
     "SyncKind",
     "SyncOrder",
+    "WaveWait",
     "WindowHold",
     "WindowReason",
     "app_page",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from agent.model.health import Health
 from agent.model.keys import ObjectKey
 
 #: Argo CD's annotations: an object's wave; what hook it is and when it is deleted.
@@ -166,3 +167,46 @@ class SyncOrder:
     def members(self) -> frozenset[ObjectKey]:
         """The ordinary objects: the app's inventory members (hooks never are)."""
         return frozenset(o.key for s in self.steps for o in s.objects if o.hook is None)
+
+
+@dataclass(frozen=True)
+class WaveWait:
+    """Where an app's sync stands when a pass ends before its last wave: the wave applied and
+    not healthy yet, the object it waits for, and when the next pass looks again."""
+
+    #: The step as reports name it (``wave 1``) and its wave number.
+    step: str
+    wave: int
+    #: How many steps the sync has, and which this is (from 1): "wave 1 (2 of 3)".
+    index: int
+    steps: int
+    #: The first object of the wave that is not healthy, and its health (debounced).
+    blocker: ObjectKey | None
+    health: Health | None
+    #: Seconds the wave has waited (from its first pass at this revision), and its bound.
+    waited: float
+    timeout: float
+    #: Seconds after this pass's end that the next pass of the app is due.
+    recheck: float
+
+    def to_json(self) -> dict[str, object]:
+        """What ``/status`` shows of it: the wave, the object it waits for and why."""
+        return {
+            "step": self.step,
+            "wave": self.wave,
+            "index": self.index,
+            "steps": self.steps,
+            "blocker": str(self.blocker) if self.blocker else None,
+            "health": self.health.describe() if self.health else None,
+            "waited": round(self.waited, 1),
+            "timeout": self.timeout,
+            "message": self.message,
+        }
+
+    @property
+    def message(self) -> str:
+        what = f"{self.blocker}: {self.health.describe()}" if self.blocker and self.health else "its objects"
+        return (
+            f"{self.step} ({self.index} of {self.steps}) applied, waiting for {what} "
+            f"({self.waited:.0f}s of {self.timeout:.0f}s); later waves and the prune wait"
+        )

@@ -49,7 +49,9 @@ from agent.model import (
     PruneRefusal,
     Revision,
     SkipReason,
+    Step,
 )
+from agent.plan.ordering import live_wave, wave_steps
 from agent.plan.planner import expected_object, request_body, whole_body
 from agent.reconcile import namespaces, pins
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
@@ -99,6 +101,8 @@ class AppPlan:
     #: Object → the parent it is taken from (handover, rename).
     taken: dict[ObjectKey, str]
     conflicts: tuple[AppConflict, ...]
+    #: The waves its objects are applied in; one (or none): applied at once, as ever.
+    steps: tuple[Step, ...] = ()
 
     def body(self, change: Change) -> Manifest | None:
         """The request an apply of ``change`` sends (secrets unmasked)."""
@@ -109,8 +113,10 @@ class AppPlan:
         return whole_body(obj, self.ready.options, self.live.objects.get(obj.key))
 
     def prune(self, client: KubeClient) -> list[ApplyResult]:
-        """Carry out the prune decision (a dry run's deletes are previews: ``prune_options``)."""
-        return prune_stage.execute(client, self.decision, self.prune_options)
+        """Carry out the prune decision (a dry run's deletes are previews: ``prune_options``), the
+        latest sync wave first."""
+        waves = {c.key: live_wave(m) for c in self.decision.delete if (m := self.live.objects.get(c.key))}
+        return prune_stage.execute(client, self.decision, self.prune_options, waves=waves)
 
     def expected(self, change: Change, live: Manifest | None) -> Manifest | None:
         """What the object would be after applying ``change`` over ``live``, as the plan sees it."""
@@ -193,6 +199,7 @@ class ClusterPipeline(ClusterStages):
             {k: o for k, o in by_key.items() if k not in not_mine},
             {v.obj.key: v.taken_from for v in verdicts if v.taken_from},
             tuple(conflicts),
+            run.steps,
         )
 
     def memo(self, app: str) -> NoopMemo:
@@ -345,6 +352,7 @@ class ClusterPipeline(ClusterStages):
                 run.desired_set, run.store.id, default_namespace=run.app.settings.default_namespace
             )
             self._check_scope(run)
+            run.steps = wave_steps(run.desired)
             self.load_schema(run.desired)
         except RenderError as e:
             run.desired = None

@@ -45,6 +45,7 @@ from agent.model import (
     Change,
     ClusterResult,
     Failure,
+    FailureReason,
     HealthState,
     Manifest,
     Note,
@@ -53,6 +54,7 @@ from agent.model import (
     PassState,
     PruneReason,
     Revision,
+    Step,
 )
 from agent.plan import drift as drift_plan
 from agent.plan import masking
@@ -70,11 +72,16 @@ from agent.reconcile.confirm import confirm_plan
 from agent.reconcile.follow import Follows
 from agent.reconcile.pipeline import AppPlan, ClusterPipeline, PassPlan
 from agent.reconcile.stages import ClientFactory, SameCluster, app_render_spec, render_spec
+from agent.reconcile.waves import Gate, WaveAt, Waves, applied_keys
 from agent.render.renderer import RenderCache
 
 __all__ = ["ClientFactory", "ClusterReconciler", "SameCluster", "app_render_spec", "render_spec"]
 
 log = structlog.get_logger("gitops_agent.reconcile")
+
+
+#: Outcomes of objects the cluster holds as Git says: what a wave waits for.
+_IN_CLUSTER = (Outcome.CREATED, Outcome.CONFIGURED, Outcome.UNCHANGED)
 
 
 def _created(run: AppRun) -> set[ObjectKey]:
@@ -107,6 +114,8 @@ class ClusterReconciler(ClusterPipeline):
         self.follows = Follows()
         #: App → the revision whose wait ended Current (``depends_on`` reads it for an app that waits).
         self.healthy: dict[str, str] = {}
+        #: The sync waves apps wait on across passes (``reconcile.waves``).
+        self.waves = Waves()
 
     # -- the pass ---------------------------------------------------------------
 
@@ -253,8 +262,16 @@ class ClusterReconciler(ClusterPipeline):
         log.info("change window closed; nothing applied or pruned", app=run.name, window=run.window.window)
 
     def _begin_wait(self, run: AppRun) -> None:
-        """After an app's successful pass, follow its rollout (``wait``); else forget any follow."""
-        if not run.app.settings.wait or not run.result.ok or run.store is None or run.revision is None:
+        """After an app's successful pass, follow its rollout (``wait``); else forget any follow.
+        An app whose sync waits on a wave has not applied everything yet: nothing to follow."""
+        syncing = run.result.wave_wait is not None
+        if (
+            not run.app.settings.wait
+            or not run.result.ok
+            or syncing
+            or run.store is None
+            or run.revision is None
+        ):
             self.follows.drop(run.name)
             return
         self.follows.begin(run.app, run.revision.sha, run.store.id, run.result.results, time.monotonic())
@@ -321,8 +338,10 @@ class ClusterReconciler(ClusterPipeline):
             # create_namespace: before anything is applied (found in this pass's read: nothing asked)
             self.create_namespace(run.app, ap.by_key, None if run.identity else ap.live)
             self._widen(ap)
-        self._apply(ap, changes, client, apply_opts, shared)
+        through = self._apply_waves(ap, changes, client, apply_opts, shared)
         self._corrected_drift(ap, changes)
+        if not through:
+            return  # a wave waits or failed: later waves, the prune and narrowing wait (widened stays)
         self._prune(ap, client, dry_run=dry_run)
         if not dry_run:
             members = narrowed(run.members, ap.mine, ap.live, result.results, ap.decision.gone)
@@ -379,6 +398,70 @@ class ClusterReconciler(ClusterPipeline):
         store.write(wider)
         run.members = {m.key: m for m in wider}
 
+    def _apply_waves(
+        self,
+        ap: AppPlan,
+        changes: tuple[Change, ...],
+        client: KubeClient,
+        options: apply_stage.ApplyOptions,
+        shared: Shared,
+    ) -> bool:
+        """Apply ``changes`` wave by wave, each after the one before is healthy (``reconcile.waves``);
+        whether every wave is through, so the prune may run. One wave (or a dry run): at once."""
+        run, steps = ap.run, ap.steps
+        if len(steps) <= 1 or options.dry_run:
+            self._apply(ap, changes, client, options, shared)
+            return True
+        assert run.revision is not None
+        for index, step in enumerate(steps, 1):
+            keys = {o.key for o in step.objects}
+            before = len(run.result.results)
+            self._apply(ap, tuple(c for c in changes if c.key in keys), client, options, shared, keys)
+            done = run.result.results[before:]
+            if index == len(steps):
+                return True
+            if not all(r.ok for r in done):
+                message = (
+                    f"{step.label} ({index} of {len(steps)}): {sum(not r.ok for r in done)} object(s) failed"
+                )
+                run.end_failed(
+                    Failure(FailureReason.WAVE, f"{message}; later waves and the prune were not done")
+                )
+                return False
+            if not self._wave_through(ap, client, step, index, done):
+                return False
+        return True
+
+    def _wave_through(
+        self, ap: AppPlan, client: KubeClient, step: Step, index: int, done: list[ApplyResult]
+    ) -> bool:
+        """Whether the wave just applied (``done``: its results) lets the next one go; else the
+        app's pass ends syncing (waiting for it) or failed (naming what failed)."""
+        run = ap.run
+        assert run.revision is not None
+        sent = any(r.outcome in (Outcome.CREATED, Outcome.CONFIGURED) for r in done)
+        if not sent and self.waves.through(run.name, run.revision.sha, step.wave):
+            return True  # found healthy at this revision, and nothing in it changed since
+        at = WaveAt(run.app, run.revision.sha, ap.ready.store.id, step, index, len(ap.steps))
+        held = applied_keys(step, {r.key for r in done if r.outcome in _IN_CLUSTER})
+        look = self.waves.look(
+            client,
+            at,
+            held,
+            time.monotonic(),
+            checks=run.app.health_checks,
+            namespaced=self._namespaced_lists.setdefault(run.identity, set()),
+        )
+        if look.gate is Gate.FAILED and look.failure is not None:
+            run.end_failed(look.failure)
+            log.error("sync wave failed", app=run.name, error=look.failure.message)
+            return False
+        if look.gate is Gate.WAITING and look.wait is not None:
+            run.end_syncing(look.wait)
+            log.info("sync wave not healthy yet", app=run.name, detail=look.wait.message)
+            return False
+        return True
+
     def _apply(
         self,
         ap: AppPlan,
@@ -386,9 +469,11 @@ class ClusterReconciler(ClusterPipeline):
         client: KubeClient,
         options: apply_stage.ApplyOptions,
         shared: Shared,
+        keys: Collection[ObjectKey] | None = None,
     ) -> None:
         """Send the changes (what the cluster does not serve fails here, before any request);
-        results masked; warnings kept; handovers released once the taker applied them."""
+        results masked; warnings kept; handovers released once the taker applied them.
+        ``keys``: the wave being applied (None: every object)."""
         run, result, by_key = ap.run, ap.run.result, ap.by_key
 
         def replan(key: ObjectKey, fresh: Manifest | None, causes: tuple[StatusCause, ...]) -> Change:
@@ -397,7 +482,7 @@ class ClusterReconciler(ClusterPipeline):
         def body_for(change: Change) -> Manifest | None:
             return request_body(change, by_key[change.key])
 
-        blocked = {k for k in run.unserved if k in ap.mine}
+        blocked = {k for k in run.unserved if k in ap.mine and (keys is None or k in keys)}
         sendable = [c for c in changes if c.key not in blocked or c.action is Action.SKIP]
         applied = apply_stage.apply_changes(client, sendable, options, replan, body_for)
         # A server's message may quote a value: masked in every result, never shown for the object.

@@ -62,6 +62,9 @@ class FailureReason(enum.StrEnum):
     #: A sync wave failed or did not become healthy within ``wave_timeout``: later waves and the
     #: prune were not done (docs/ordering.md).
     WAVE = "wave"
+    #: A hook failed (or did not finish within ``wave_timeout``); a ``PreSync`` one before anything
+    #: else of the app was written (docs/ordering.md).
+    HOOK = "hook"
     #: A bug in the agent.
     INTERNAL = "internal"
 

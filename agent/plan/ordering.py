@@ -88,8 +88,9 @@ def _integer(value: Any) -> int | None:
 class _Reader:
     """Reads the annotations of one app's objects, gathering every problem before failing."""
 
-    def __init__(self, kind: SyncKind) -> None:
+    def __init__(self, kind: SyncKind, *, helm_hooks: bool = True) -> None:
         self.kind = kind
+        self.helm_hooks = helm_hooks
         self.problems: list[RenderProblem] = []
 
     def problem(self, obj: DesiredObject, annotation: str, message: str) -> None:
@@ -155,7 +156,7 @@ class _Reader:
                 return ordered, (), NotRun.SKIP
             stages = tuple(dict.fromkeys(s for t in hook.events if (s := ARGOCD_STAGES[t]) is not None))
             return ordered, stages, None if stages else NotRun.DELETE_OR_ROLLBACK
-        if HELM_HOOK in annotations:
+        if HELM_HOOK in annotations and self.helm_hooks:
             hook = self.helm_hook(annotations[HELM_HOOK], annotations)
             ordered = Ordered(obj.key, hook.weight, hook)
             mine = HELM_STAGES[self.kind]
@@ -183,10 +184,13 @@ def _steps(stage: Stage, placed: Iterable[Ordered]) -> tuple[Step, ...]:
     )
 
 
-def sync_order(objects: Iterable[DesiredObject], kind: SyncKind) -> SyncOrder:
+def sync_order(objects: Iterable[DesiredObject], kind: SyncKind, *, helm_hooks: bool = True) -> SyncOrder:
     """The steps of one sync of an app's ``objects``: ``RenderError`` naming every object whose
-    ordering annotations cannot be read (nothing of the app is applied then: fail closed)."""
-    reader = _Reader(kind)
+    ordering annotations cannot be read (nothing of the app is applied then: fail closed).
+
+    ``helm_hooks=False``: Helm's hook annotations are not read (each such object an ordinary one
+    in its wave), as the pass applies them until Helm hooks run with Helm's semantics."""
+    reader = _Reader(kind, helm_hooks=helm_hooks)
     by_stage: dict[Stage, list[Ordered]] = {s: [] for s in Stage}
     left: list[Left] = []
     for obj in objects:

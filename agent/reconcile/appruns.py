@@ -26,7 +26,7 @@ from agent.model import (
     Outcome,
     PruneRefusal,
     Revision,
-    Step,
+    SyncOrder,
     WaveWait,
     WindowHold,
 )
@@ -87,8 +87,11 @@ class AppRun:
     options: PlanOptions | None = None
     #: Its members as stored now (after this pass's writes).
     members: dict[ObjectKey, Member] = field(default_factory=dict)
-    #: The waves its objects are applied in (``plan.ordering``), read with its objects prepared.
-    steps: tuple[Step, ...] = ()
+    #: The steps of its sync (``plan.ordering``: waves, Argo CD hooks), read with its objects prepared.
+    order: SyncOrder = field(default_factory=SyncOrder)
+    #: Its Argo CD hooks and the objects its sync never applies (``Skip``, delete hooks): taken
+    #: out of ``desired``, so none is ever planned, applied or recorded as a member.
+    hooks: dict[ObjectKey, DesiredObject] = field(default_factory=dict)
     #: Declared objects the cluster does not serve: failed before anything is sent.
     unserved: dict[ObjectKey, ApiFinding] = field(default_factory=dict)
     #: What a report says besides the objects (a suspended app previewed all the same).

@@ -24,42 +24,32 @@ from datetime import UTC, datetime
 import structlog
 
 from agent.apply import ssa as apply_stage
-from agent.apply.inventory import Inventory, widen
+from agent.apply.inventory import Inventory
 from agent.config.types import ClusterConfig, Config, DriftMode
 from agent.errors import (
     AgentError,
     ApiError,
     ClusterError,
     ClusterRefused,
-    StatusCause,
 )
 from agent.kube.client import KubeClient
 from agent.model import (
     APPLIED_REVISION,
-    PRUNE_HELD,
     Action,
-    ApiFinding,
-    ApiProblem,
     AppHealth,
     ApplyResult,
     Change,
     ClusterResult,
     Failure,
-    FailureReason,
     HealthState,
-    Manifest,
     Note,
     ObjectKey,
     Outcome,
     PassState,
-    PruneReason,
     Revision,
-    Step,
 )
 from agent.plan import drift as drift_plan
 from agent.plan import masking
-from agent.plan.causes import replan_after_conflict
-from agent.plan.planner import request_body
 from agent.plan.windows import is_open
 from agent.reconcile.appruns import AppRun, Shared, narrowed
 from agent.reconcile.apps import (
@@ -70,9 +60,11 @@ from agent.reconcile.apps import (
 )
 from agent.reconcile.confirm import confirm_plan
 from agent.reconcile.follow import Follows
-from agent.reconcile.pipeline import AppPlan, ClusterPipeline, PassPlan
+from agent.reconcile.hook_runs import HookRuns
+from agent.reconcile.pipeline import AppPlan, PassPlan
 from agent.reconcile.stages import ClientFactory, SameCluster, app_render_spec, render_spec
-from agent.reconcile.waves import Gate, WaveAt, Waves, applied_keys
+from agent.reconcile.waves import Waves
+from agent.reconcile.writes import AppWrites
 from agent.render.renderer import RenderCache
 
 __all__ = ["ClientFactory", "ClusterReconciler", "SameCluster", "app_render_spec", "render_spec"]
@@ -80,16 +72,12 @@ __all__ = ["ClientFactory", "ClusterReconciler", "SameCluster", "app_render_spec
 log = structlog.get_logger("gitops_agent.reconcile")
 
 
-#: Outcomes of objects the cluster holds as Git says: what a wave waits for.
-_IN_CLUSTER = (Outcome.CREATED, Outcome.CONFIGURED, Outcome.UNCHANGED)
-
-
 def _created(run: AppRun) -> set[ObjectKey]:
     """The members the app created or adopted once (their UID recorded): gone now, deleted by hand."""
     return {k for k, m in run.members.items() if m.uid}
 
 
-class ClusterReconciler(ClusterPipeline):
+class ClusterReconciler(AppWrites):
     """Reconciles one cluster's apps; owns that cluster's client and caches."""
 
     def __init__(
@@ -114,8 +102,10 @@ class ClusterReconciler(ClusterPipeline):
         self.follows = Follows()
         #: App → the revision whose wait ended Current (``depends_on`` reads it for an app that waits).
         self.healthy: dict[str, str] = {}
-        #: The sync waves apps wait on across passes (``reconcile.waves``).
+        #: The sync steps apps wait on across passes (``reconcile.waves``), and their syncs with
+        #: hooks under way (``reconcile.hook_runs``).
         self.waves = Waves()
+        self.hook_runs = HookRuns()
 
     # -- the pass ---------------------------------------------------------------
 
@@ -337,14 +327,15 @@ class ClusterReconciler(ClusterPipeline):
         if not dry_run:
             # create_namespace: before anything is applied (found in this pass's read: nothing asked)
             self.create_namespace(run.app, ap.by_key, None if run.identity else ap.live)
-            self._widen(ap)
-        through = self._apply_waves(ap, changes, client, apply_opts, shared)
+        through = self._sync(ap, changes, client, apply_opts, shared)  # widened before its objects
         self._corrected_drift(ap, changes)
         if not through:
             return  # a wave waits or failed: later waves, the prune and narrowing wait (widened stays)
         self._prune(ap, client, dry_run=dry_run)
         if not dry_run:
-            members = narrowed(run.members, ap.mine, ap.live, result.results, ap.decision.gone)
+            # A hook is no member: one recorded before hooks ran is let go (never deleted as one).
+            gone = ap.decision.gone | set(ap.hooks)
+            members = narrowed(run.members, ap.mine, ap.live, result.results, gone)
             if members != run.members:
                 ap.ready.store.write(members.values())
             run.members = members
@@ -385,141 +376,6 @@ class ClusterReconciler(ClusterPipeline):
         applied = {r.key for r in run.result.results if r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
         evidence = {v.obj.key: v.drift for v in ap.verdicts}
         run.result.drift.extend(drift_plan.corrected(changes, evidence, _created(run), applied))
-
-    def _widen(self, ap: AppPlan) -> None:
-        """Record what is about to be applied before applying it (docs/safety.md rule 10)."""
-        run, store = ap.run, ap.ready.store
-        inventory = run.inventory or ap.ready.inventory
-        wider = widen(inventory, ap.mine)
-        if len(wider) == len(inventory.members):
-            return
-        if not inventory.exists:  # created with the claim alone, so a racing entry loses
-            run.inventory = store.claim(inventory)
-        store.write(wider)
-        run.members = {m.key: m for m in wider}
-
-    def _apply_waves(
-        self,
-        ap: AppPlan,
-        changes: tuple[Change, ...],
-        client: KubeClient,
-        options: apply_stage.ApplyOptions,
-        shared: Shared,
-    ) -> bool:
-        """Apply ``changes`` wave by wave, each after the one before is healthy (``reconcile.waves``);
-        whether every wave is through, so the prune may run. One wave (or a dry run): at once."""
-        run, steps = ap.run, ap.steps
-        if len(steps) <= 1 or options.dry_run:
-            self._apply(ap, changes, client, options, shared)
-            return True
-        assert run.revision is not None
-        for index, step in enumerate(steps, 1):
-            keys = {o.key for o in step.objects}
-            before = len(run.result.results)
-            self._apply(ap, tuple(c for c in changes if c.key in keys), client, options, shared, keys)
-            done = run.result.results[before:]
-            if index == len(steps):
-                return True
-            if not all(r.ok for r in done):
-                message = (
-                    f"{step.label} ({index} of {len(steps)}): {sum(not r.ok for r in done)} object(s) failed"
-                )
-                run.end_failed(
-                    Failure(FailureReason.WAVE, f"{message}; later waves and the prune were not done")
-                )
-                return False
-            if not self._wave_through(ap, client, step, index, done):
-                return False
-        return True
-
-    def _wave_through(
-        self, ap: AppPlan, client: KubeClient, step: Step, index: int, done: list[ApplyResult]
-    ) -> bool:
-        """Whether the wave just applied (``done``: its results) lets the next one go; else the
-        app's pass ends syncing (waiting for it) or failed (naming what failed)."""
-        run = ap.run
-        assert run.revision is not None
-        sent = any(r.outcome in (Outcome.CREATED, Outcome.CONFIGURED) for r in done)
-        if not sent and self.waves.through(run.name, run.revision.sha, step.wave):
-            return True  # found healthy at this revision, and nothing in it changed since
-        at = WaveAt(run.app, run.revision.sha, ap.ready.store.id, step, index, len(ap.steps))
-        held = applied_keys(step, {r.key for r in done if r.outcome in _IN_CLUSTER})
-        look = self.waves.look(
-            client,
-            at,
-            held,
-            time.monotonic(),
-            checks=run.app.health_checks,
-            namespaced=self._namespaced_lists.setdefault(run.identity, set()),
-        )
-        if look.gate is Gate.FAILED and look.failure is not None:
-            run.end_failed(look.failure)
-            log.error("sync wave failed", app=run.name, error=look.failure.message)
-            return False
-        if look.gate is Gate.WAITING and look.wait is not None:
-            run.end_syncing(look.wait)
-            log.info("sync wave not healthy yet", app=run.name, detail=look.wait.message)
-            return False
-        return True
-
-    def _apply(
-        self,
-        ap: AppPlan,
-        changes: tuple[Change, ...],
-        client: KubeClient,
-        options: apply_stage.ApplyOptions,
-        shared: Shared,
-        keys: Collection[ObjectKey] | None = None,
-    ) -> None:
-        """Send the changes (what the cluster does not serve fails here, before any request);
-        results masked; warnings kept; handovers released once the taker applied them.
-        ``keys``: the wave being applied (None: every object)."""
-        run, result, by_key = ap.run, ap.run.result, ap.by_key
-
-        def replan(key: ObjectKey, fresh: Manifest | None, causes: tuple[StatusCause, ...]) -> Change:
-            return replan_after_conflict(by_key[key], fresh, ap.ready.options, causes)
-
-        def body_for(change: Change) -> Manifest | None:
-            return request_body(change, by_key[change.key])
-
-        blocked = {k for k in run.unserved if k in ap.mine and (keys is None or k in keys)}
-        sendable = [c for c in changes if c.key not in blocked or c.action is Action.SKIP]
-        applied = apply_stage.apply_changes(client, sendable, options, replan, body_for)
-        # A server's message may quote a value: masked in every result, never shown for the object.
-        secret, values = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}, run.secret_values()
-        applied = [masking.scrub_result(r, values, sensitive=r.key in secret) for r in applied]
-        result.results.extend(
-            ApplyResult(
-                k, Outcome.FAILED, status=404, message=run.unserved[k].message, note=Note.API_NOT_SERVED
-            )
-            for k in sorted(blocked)
-        )
-        result.results.extend(applied)
-        for r in applied:
-            obj = by_key[r.key]
-            result.api_findings.extend(
-                ApiFinding(r.key, obj.api_version, ApiProblem.WARNING, w, file=str(obj.provenance))
-                for w in r.warnings
-            )
-            if r.key in ap.taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):
-                shared.release(ap.taken[r.key], r.key)
-
-    def _prune(self, ap: AppPlan, client: KubeClient, *, dry_run: bool) -> None:
-        """Delete what the decision allows; a refusal said (and a brake's hold recorded once)."""
-        decision, result, inventory = ap.decision, ap.run.result, ap.run.inventory or ap.ready.inventory
-        if decision.refusal:
-            refusal = decision.refusal
-            if ap.live.errors:
-                refusal = replace(refusal, message=f"{refusal.message} [{'; '.join(ap.live.errors)}]")
-            result.prune_refusal = refusal
-        held = decision.digest if decision.refusal and decision.refusal.reason is PruneReason.BRAKE else ""
-        if not dry_run and inventory.exists and held != inventory.held_digest:
-            ap.ready.store.set_annotation(
-                PRUNE_HELD, held or None
-            )  # written when it changes, never each pass
-        pruned = ap.prune(client)
-        values = ap.run.secret_values()
-        result.results.extend(masking.scrub_result(r, values, sensitive=False) for r in pruned)
 
     def _settle(
         self, runs: Mapping[str, AppRun], old: Mapping[str, tuple[str, Inventory]], shared: Shared

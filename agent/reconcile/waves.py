@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from agent.config.health_checks import HealthCheck
 from agent.config.types import HEALTH_POLL_MAX, HEALTH_POLL_MIN, AppConfig
 from agent.kube.client import KubeClient
-from agent.model import Failure, FailureReason, Health, HealthState, ObjectKey, Step, WaveWait
+from agent.model import HOOK_OF, Failure, FailureReason, Health, HealthState, ObjectKey, Step, WaveWait
 from agent.plan.health_tracker import Tracker
 from agent.reconcile.health_read import read
 
@@ -49,16 +49,27 @@ class Gate(enum.StrEnum):
 class Look:
     gate: Gate
     wait: WaveWait | None = None
-    failure: Failure | None = None
+    #: ``FAILED``: the object that failed (its key in the cluster) and its health.
+    failed: ObjectKey | None = None
+    health: Health | None = None
     requests: int = 0
+
+    def failure(self, at: WaveAt, reason: FailureReason = FailureReason.WAVE, name: str = "") -> Failure:
+        """The app's failure for a ``FAILED`` look (``name``: how to call the object that failed)."""
+        what = f"{name or self.failed}: {self.health.describe() if self.health else 'failed'}"
+        return Failure(
+            reason,
+            f"{at.step.label} ({at.index} of {at.steps}) did not become healthy: {what}; "
+            "later waves and the prune were not done",
+        )
 
 
 @dataclass
 class _Track:
-    """One app's wait on one wave at one revision, across passes."""
+    """One app's wait on one step of its sync at one revision, across passes."""
 
     revision: str
-    wave: int
+    step: tuple[str, int]
     tracker: Tracker
     beat: float = HEALTH_POLL_MIN
     last: tuple[HealthState, int] | None = None
@@ -82,14 +93,14 @@ class Waves:
     """The waves each app of one cluster waits on (kept by its reconciler across passes)."""
 
     _tracks: dict[str, _Track] = field(default_factory=dict)
-    #: App → (revision, the waves found healthy at it).
-    _through: dict[str, tuple[str, set[int]]] = field(default_factory=dict)
+    #: App → (revision, the steps (stage, wave) found healthy at it).
+    _through: dict[str, tuple[str, set[tuple[str, int]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def through(self, app: str, revision: str, wave: int) -> bool:
-        """Whether ``wave`` was found healthy at ``revision`` already."""
+    def through(self, app: str, revision: str, step: Step) -> bool:
+        """Whether ``step`` was found healthy at ``revision`` already."""
         seen = self._through.get(app)
-        return seen is not None and seen[0] == revision and wave in seen[1]
+        return seen is not None and seen[0] == revision and (step.stage.value, step.wave) in seen[1]
 
     def forget(self, app: str) -> None:
         with self._lock:
@@ -103,19 +114,37 @@ class Waves:
         keys: Sequence[ObjectKey],
         now: float,
         *,
+        hooks: Sequence[ObjectKey] = (),
         checks: Sequence[HealthCheck] = (),
         namespaced: set[tuple[str, str]] | None = None,
     ) -> Look:
-        """Read ``keys`` (the wave's objects the app applied) once; what the wait makes of them."""
+        """Read ``keys`` (the wave's objects the app applied) and ``hooks`` (its hook objects, by
+        their names in the cluster) once; what the wait makes of them."""
         name, settings = at.app.name, at.app.settings
+        step = (at.step.stage.value, at.step.wave)
         with self._lock:
             track = self._tracks.get(name)
-            if track is None or (track.revision, track.wave) != (at.revision, at.step.wave):
+            if track is None or (track.revision, track.step) != (at.revision, step):
                 tracker = Tracker(
-                    started=now, timeout=settings.wave_timeout, debounce=settings.health_debounce, keys=keys
+                    started=now,
+                    timeout=settings.wave_timeout,
+                    debounce=settings.health_debounce,
+                    keys=[*keys, *hooks],
                 )
-                track = self._tracks[name] = _Track(at.revision, at.step.wave, tracker)
+                track = self._tracks[name] = _Track(at.revision, step, tracker)
         reading = read(client, at.membership, keys, checks=checks, namespaced=namespaced)
+        if hooks:
+            of_hooks = read(
+                client,
+                at.membership,
+                hooks,
+                checks=checks,
+                namespaced=namespaced,
+                selector=f"{HOOK_OF}={at.membership}",
+            )
+            reading.healths.update(of_hooks.healths)
+            reading.excluded |= of_hooks.excluded
+            reading.requests += of_hooks.requests
         tracker = track.tracker
         for key in reading.excluded:
             tracker.forget(key)
@@ -125,18 +154,13 @@ class Waves:
         failed = sorted(k for k, h in report.items() if h.state is HealthState.FAILED)
         if failed:
             self.forget(name)
-            return Look(
-                Gate.FAILED, failure=_failure(at, failed[0], report[failed[0]]), requests=reading.requests
-            )
+            return Look(Gate.FAILED, failed=failed[0], health=report[failed[0]], requests=reading.requests)
         pending = sorted(k for k, h in report.items() if h.state not in _THROUGH)
         if not pending:
             with self._lock:
                 self._tracks.pop(name, None)
-                revision, waves = self._through.get(name, (at.revision, set()))
-                self._through[name] = (
-                    at.revision,
-                    (waves if revision == at.revision else set()) | {at.step.wave},
-                )
+                revision, steps = self._through.get(name, (at.revision, set()))
+                self._through[name] = (at.revision, (steps if revision == at.revision else set()) | {step})
             return Look(Gate.READY, requests=reading.requests)
         return Look(Gate.WAITING, wait=self._wait(track, at, report, pending, now), requests=reading.requests)
 
@@ -164,17 +188,9 @@ class Waves:
         )
 
 
-def _failure(at: WaveAt, key: ObjectKey, health: Health) -> Failure:
-    return Failure(
-        FailureReason.WAVE,
-        f"{at.step.label} ({at.index} of {at.steps}) did not become healthy: {key}: {health.describe()}; "
-        "later waves and the prune were not done",
-    )
-
-
 def applied_keys(step: Step, outcomes: Set[ObjectKey]) -> list[ObjectKey]:
     """The objects of ``step`` the app holds in the cluster as Git says (what its wave waits for)."""
-    return [o.key for o in step.objects if o.key in outcomes]
+    return [o.key for o in step.objects if o.hook is None and o.key in outcomes]
 
 
 __all__ = ["Gate", "Look", "WaveAt", "Waves", "applied_keys"]

@@ -148,6 +148,10 @@ def test_hooks_a_failing_presync_hook_stops_the_sync_before_any_other_write_and_
     maps = listed(client, ns, "ConfigMap")
     assert "app" not in maps and not agent.tracked()
     assert maps["sync-failed"]["metadata"]["labels"][HOOK_OF]  # the SyncFail hook ran
-    assert "migrate" in listed(
-        client, ns, "Job"
-    )  # default policy BeforeHookCreation: kept until the next run
+    # The default policy, BeforeHookCreation, keeps the failed Job until the hook runs again.
+    failed = listed(client, ns, "Job")["migrate"]
+
+    # Its retry runs the PreSync hook again: the failed Job deleted, a new one created.
+    r = agent.reconcile()["pool-a"]
+    assert r.state is PassState.SYNCING, (r.error, r.results)
+    assert listed(client, ns, "Job")["migrate"]["metadata"]["uid"] != failed["metadata"]["uid"]

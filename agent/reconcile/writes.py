@@ -230,6 +230,7 @@ class AppWrites(ClusterPipeline):
             return
         for index, step in enumerate(ap.order.on_fail, 1):
             self._start_hooks(ap, client, step, -index, mark)
+        self.hook_runs.forget(run.name)  # its retry runs the sync's hooks again
 
     def _widen(self, ap: AppPlan) -> None:
         """Record what is about to be applied before applying it (docs/safety.md rule 10)."""

@@ -10,11 +10,14 @@ the test writes each Job's status through the status subresource (``tests.rollou
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from agent.cli.diff import diff
 from agent.kube.client import KubeClient
 from agent.model import HOOK_OF, HOOKS_RAN, FailureReason, Outcome, PassState
 from tests.agentkit import E2E, make_repo, manifests, write_config
@@ -89,6 +92,19 @@ def test_hooks_run_in_their_phase_once_per_revision_never_as_members_and_hook_su
             hook_job(ns, "smoke", "PostSync", "HookSucceeded", generate=True),
         )
     )
+
+    # The diff report lists the sync's steps in the order they would run (and creates no hook).
+    report = CliRunner().invoke(
+        diff, ["--config", agent.config.file, "--format", "json"], catch_exceptions=False
+    )
+    (app,) = [a for c in json.loads(report.stdout)["clusters"] for a in c["apps"]]
+    assert [line.split(":")[0] for line in app["sync"]] == [
+        "pre-sync hooks (wave 0)",
+        "wave 0",
+        "wave 1",
+        "post-sync hooks (wave 0)",
+    ]
+    assert f"Job.batch/{ns}/migrate (argocd hook)" in app["sync"][0] and not listed(client, ns, "Job")
 
     # PreSync first: nothing else of the app written, not even its inventory.
     r = agent.reconcile()["pool-a"]

@@ -291,3 +291,21 @@ def test_a_live_objects_wave_is_read_leniently_for_the_prune() -> None:
     assert live_wave({"metadata": {"annotations": {"argocd.argoproj.io/sync-wave": "-2"}}}) == -2
     assert live_wave({"metadata": {"annotations": {"argocd.argoproj.io/sync-wave": "x"}}}) == 0
     assert live_wave({"metadata": {}}) == 0
+
+
+def test_a_sync_is_described_step_by_step_for_reports() -> None:
+    order = sync_order(
+        [
+            obj("Job/migrate argocd.argoproj.io/hook=PreSync"),
+            obj("ConfigMap/a"),
+            obj("Job/cleanup argocd.argoproj.io/hook=SyncFail"),
+            obj("ConfigMap/s argocd.argoproj.io/hook=Skip"),
+        ],
+        SyncKind.UPGRADE,
+    )
+    assert order.describe() == (
+        "pre-sync hooks (wave 0): Job.batch/ns/migrate (argocd hook)",
+        "wave 0: ConfigMap/ns/a",
+        "on failure: Job.batch/ns/cleanup (argocd hook)",
+        "never applied: ConfigMap/ns/s (skip)",
+    )

@@ -164,6 +164,18 @@ class SyncOrder:
         """Every hook run in a successful sync, in order (each once per step it runs in)."""
         return tuple(o for s in self.steps for o in s.objects if o.hook is not None)
 
+    def describe(self) -> tuple[str, ...]:
+        """The sync in order, a line per step (``wave 1: ConfigMap/shop/a, Job.batch/shop/b (Sync hook)``),
+        then what runs on failure and what never runs: what reports list."""
+
+        def named(o: Ordered) -> str:
+            return f"{o.key} ({o.hook.tool} hook)" if o.hook is not None else str(o.key)
+
+        lines = [f"{s.label}: {', '.join(named(o) for o in s.objects)}" for s in self.steps]
+        lines += [f"on failure: {', '.join(named(o) for o in s.objects)}" for s in self.on_fail]
+        lines += [f"never applied: {x.ordered.key} ({x.why})" for x in self.left_out]
+        return tuple(lines)
+
     def members(self) -> frozenset[ObjectKey]:
         """The ordinary objects: the app's inventory members (hooks never are)."""
         return frozenset(o.key for s in self.steps for o in s.objects if o.hook is None)

@@ -9,11 +9,14 @@ Pods only those writes go. Creation order is read back from the server (``resour
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from agent.cli.main import main
 from agent.kube.client import KubeClient
 from agent.model import FailureReason, Outcome, PassState
 from agent.run.due import DueReason, Timing
@@ -141,3 +144,30 @@ def test_waves_a_wave_that_outlives_wave_timeout_fails_naming_what_it_waited_for
     r = agent.reconcile()["pool-a"]
     assert r.failure is not None and r.failure.reason is FailureReason.WAVE, (r.state, r.wave_wait)
     assert "wave 0 (2 of 3) did not become healthy" in r.failure.message and "after 1s" in r.failure.message
+
+
+@pytest.mark.cluster
+def test_waves_run_once_goes_on_with_a_waiting_wave_until_the_sync_is_through(
+    tmp_path: Path, cluster_pool: ClusterPool, e2e: E2E
+) -> None:
+    a = cluster_pool["pool-a"]
+    ns = e2e.namespace("waves")
+    repo = make_repo(tmp_path, files(ns, job(ns, "migrate"), cm(ns, "after", 1)))
+    config = write_config(tmp_path, repo, {"pool-a": a})
+    client = KubeClient.from_config(config.cluster("pool-a"))
+    e2e.at_end(client.close)
+
+    def complete_when_created() -> None:  # the Job controller's part, once the pass created the Job
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if client.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]:
+                finish_job(client, ns, "migrate")
+                return
+            time.sleep(0.2)
+
+    controller = threading.Thread(target=complete_when_created, daemon=True)
+    controller.start()
+    once = CliRunner().invoke(main, ["run", "--once", "--config", config.file], catch_exceptions=False)
+    controller.join(timeout=30)
+    assert once.exit_code == 0, once.output
+    assert set(versions(client, ns)) == {"migrate", "after"}

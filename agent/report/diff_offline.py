@@ -43,9 +43,11 @@ from agent.model import (
     ObjectKey,
     Revision,
     SkipReason,
+    SyncKind,
     parse_release,
 )
 from agent.plan import apis, hooks
+from agent.plan.ordering import sync_order
 from agent.plan.release import RenderRelease, render_release
 from agent.reconcile.reconciler import app_render_spec
 from agent.render.renderer import RenderSpec, render, rendered_for
@@ -147,6 +149,10 @@ def compare_app(
         after = _render_at(head.tree, spec, base=False, revision=head.sha)
     except AgentError as e:
         return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
+    try:  # the sync's steps, read as the pass reads them (a wave that is not an integer fails it)
+        order = sync_order(after.objects, SyncKind.UPGRADE, helm_hooks=False)
+    except AgentError as e:
+        return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     old = {o.key: o for o in before.objects}
     new = {o.key: o for o in after.objects}
     api = _api_lines(after.objects, kubernetes_version)
@@ -207,6 +213,7 @@ def compare_app(
         unchanged=unchanged,
         findings=check_secrets(app, after),
         notes=(release.describe(),) if rendered_for(after) is not None else (),
+        sync=() if order.plain and not order.left_out else order.describe(),
     )
     return Preview(report, new)
 

@@ -12,9 +12,23 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from agent.config.health_checks import Wait
 from agent.errors import RenderError
-from agent.model import DeletePolicy, DesiredObject, HookTool, NotRun, Provenance, Stage, SyncKind
-from agent.plan.ordering import live_wave, sync_order, wave_steps
+from agent.model import (
+    ApplyResult,
+    DeletePolicy,
+    DesiredObject,
+    HookTool,
+    Note,
+    NotRun,
+    ObjectKey,
+    Outcome,
+    Provenance,
+    Stage,
+    SyncKind,
+)
+from agent.plan.ordering import live_wave, sync_order
+from agent.reconcile.follow import followed
 
 
 def obj(spec: str, line: int = 1) -> DesiredObject:
@@ -274,19 +288,6 @@ def test_a_skipped_or_deferred_object_is_named_with_why_it_never_runs() -> None:
     assert not order.steps and [x.why for x in order.left_out] == [NotRun.DELETE_OR_ROLLBACK]
 
 
-def test_the_pass_applies_every_object_in_its_wave_hooks_included_until_hooks_run_natively() -> None:
-    steps = wave_steps(
-        [
-            obj("ConfigMap/a argocd.argoproj.io/sync-wave=1"),
-            obj("Job/j helm.sh/hook=pre-upgrade"),
-            obj("ConfigMap/b"),
-        ]
-    )
-    assert [(s.wave, [o.key.name for o in s.objects]) for s in steps] == [(0, ["b", "j"]), (1, ["a"])]
-    with pytest.raises(RenderError):
-        wave_steps([obj("ConfigMap/a argocd.argoproj.io/sync-wave=x")])
-
-
 def test_a_live_objects_wave_is_read_leniently_for_the_prune() -> None:
     assert live_wave({"metadata": {"annotations": {"argocd.argoproj.io/sync-wave": "-2"}}}) == -2
     assert live_wave({"metadata": {"annotations": {"argocd.argoproj.io/sync-wave": "x"}}}) == 0
@@ -309,3 +310,12 @@ def test_a_sync_is_described_step_by_step_for_reports() -> None:
         "on failure: Job.batch/ns/cleanup (argocd hook)",
         "never applied: ConfigMap/ns/s (skip)",
     )
+
+
+def test_a_rollout_wait_never_follows_a_hook_of_the_sync() -> None:
+    job, cm = ObjectKey("batch", "Job", "ns", "migrate-x7k2p"), ObjectKey("", "ConfigMap", "ns", "a")
+    results = [
+        ApplyResult(job, Outcome.CREATED, note=Note.HOOK),
+        ApplyResult(cm, Outcome.CREATED),
+    ]
+    assert followed(Wait(every=True), results) == ([cm], [])

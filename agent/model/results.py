@@ -55,6 +55,8 @@ class Note(enum.StrEnum):
     INVENTORY_PARENT = "inventory-parent"
     #: Unchanged: its drift is reported, not corrected (``drift = "report"``; ``ClusterResult.drift``).
     DRIFT = "drift"
+    #: Created: a hook of the app's sync (never a member; its health is the sync's, not the rollout's).
+    HOOK = "hook"
 
 
 class ApiProblem(enum.StrEnum):

@@ -209,16 +209,6 @@ def sync_order(objects: Iterable[DesiredObject], kind: SyncKind, *, helm_hooks: 
     )
 
 
-def wave_steps(objects: Iterable[DesiredObject]) -> tuple[Step, ...]:
-    """The waves a pass applies ``objects`` in, each object in its sync wave: hooks among them
-    as ordinary objects, as the pass applies them until hooks run in their phases (a Helm
-    delete or rollback hook is planned a skip, never sent). ``RenderError`` as ``sync_order``."""
-    objects = list(objects)
-    sync_order(objects, SyncKind.UPGRADE)  # every ordering annotation read, or the app fails closed
-    reader = _Reader(SyncKind.UPGRADE)
-    return _steps(Stage.SYNC, [Ordered(o.key, reader.wave(o, _annotations(o))) for o in objects])
-
-
 def live_wave(manifest: Mapping[str, Any]) -> int:
     """The sync wave a live object was applied in (what a prune orders by); 0 if unreadable."""
     annotations = (manifest.get("metadata") or {}).get("annotations") or {}
@@ -226,4 +216,4 @@ def live_wave(manifest: Mapping[str, Any]) -> int:
     return value or 0
 
 
-__all__ = ["live_wave", "sync_order", "wave_steps"]
+__all__ = ["live_wave", "sync_order"]

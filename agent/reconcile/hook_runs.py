@@ -31,6 +31,7 @@ from agent.model import (
     DeletePolicy,
     DesiredObject,
     Manifest,
+    Note,
     ObjectKey,
     Ordered,
     Outcome,
@@ -95,12 +96,14 @@ def create(
         try:
             made = _create_one(client, ordered, obj, app_id, field_manager)
         except AgentError as e:
-            results.append(ApplyResult(obj.key, Outcome.FAILED, message=f"hook not created: {e}"))
+            results.append(
+                ApplyResult(obj.key, Outcome.FAILED, message=f"hook not created: {e}", note=Note.HOOK)
+            )
             continue
         key = ObjectKey.of(made)
         created[obj.key] = key
         uid = (made.get("metadata") or {}).get("uid")
-        results.append(ApplyResult(key, Outcome.CREATED, message="hook created", uid=uid))
+        results.append(ApplyResult(key, Outcome.CREATED, message="hook created", uid=uid, note=Note.HOOK))
     return created, results
 
 

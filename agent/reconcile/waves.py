@@ -1,6 +1,6 @@
 """Sync waves in the pass: whether the wave just applied is healthy enough for the next.
 
-An app whose objects are in more than one sync wave (``plan.ordering.wave_steps``) is applied
+An app whose objects are in more than one sync wave (``plan.ordering.sync_order``) is applied
 wave by wave; after each wave but the last, ``Waves.look`` reads that wave's objects once (one
 labelled LIST per kind, ``health_read``) and feeds a ``Tracker`` kept across passes for the
 app's revision and wave, so a Failed must hold ``health_debounce`` before it counts and the

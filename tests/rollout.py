@@ -180,3 +180,41 @@ def roll_out(
         },
     )
     return first
+
+
+def finish_job(client: KubeClient, ns: str, name: str, *, failed: bool = False) -> Manifest:
+    """Write what the Job controller writes when Job ``ns/name`` completes (or fails: its backoff
+    limit reached), through the status subresource, with the conditions the server requires first."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def condition(kind: str, reason: str) -> Manifest:
+        return {
+            "type": kind,
+            "status": "True",
+            "lastTransitionTime": now,
+            "reason": reason,
+            "message": reason,
+        }
+
+    if failed:
+        status: Manifest = {
+            "startTime": now,
+            "failed": 1,
+            "conditions": [
+                condition("FailureTarget", "BackoffLimitExceeded"),
+                condition("Failed", "BackoffLimitExceeded"),
+            ],
+        }
+    else:
+        status = {
+            "startTime": now,
+            "completionTime": now,
+            "succeeded": 1,
+            "conditions": [
+                condition("SuccessCriteriaMet", "CompletionsReached"),
+                condition("Complete", "CompletionsReached"),
+            ],
+        }
+    return _merge(client, f"/apis/batch/v1/namespaces/{ns}/jobs/{name}/status", {"status": status})

@@ -284,3 +284,49 @@ def test_offline_a_helm_delete_hook_added_to_a_chart_is_a_skip_not_an_addition(t
     entry = by_key(doc, "alpha")["Job.batch/shop/scale-to-zero"]
     assert (entry["action"], entry["skip"]) == ("skip", "helm-hook")
     assert "pre-delete hook" in entry["reason"] and doc["summary"]["created"] == 0
+
+
+def test_offline_lists_the_waves_and_hooks_of_a_sync_in_the_order_they_would_run(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"clusters/alpha/app.yaml": BASE_FILES["clusters/beta/app.yaml"]})
+    base = str(pygit2.Repository(str(repo.path)).head.target)
+    repo.commit(
+        {
+            "clusters/alpha/app.yaml": """
+                apiVersion: v1
+                kind: ConfigMap
+                metadata:
+                  name: settings
+                  namespace: shop
+                  annotations: {argocd.argoproj.io/sync-wave: "1"}
+                data: {greeting: hello}
+                ---
+                apiVersion: batch/v1
+                kind: Job
+                metadata:
+                  generateName: upgrade-sql-schema-
+                  namespace: shop
+                  annotations: {argocd.argoproj.io/hook: PreSync}
+                spec:
+                  template:
+                    spec:
+                      restartPolicy: Never
+                      containers: [{name: migrate, image: "migrate:1"}]
+                ---
+                apiVersion: v1
+                kind: ConfigMap
+                metadata: {name: first, namespace: shop}
+                data: {k: v}
+                """
+        },
+        "waves and a hook",
+    )
+    result, doc = run("--repo", str(repo.path), "--base", base, "--head", "main")
+    assert result.exit_code == 1, result.output
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "report-schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    (app,) = next(c for c in doc["clusters"] if c["name"] == "alpha")["apps"]
+    assert app["sync"] == [
+        "pre-sync hooks (wave 0): Job.batch/shop/upgrade-sql-schema- (argocd hook)",
+        "wave 0: ConfigMap/shop/first",
+        "wave 1: ConfigMap/shop/settings",
+    ]

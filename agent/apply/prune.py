@@ -271,15 +271,23 @@ def decide(
     return d
 
 
-def execute(client: KubeClient, decision: PruneDecision, options: PruneOptions) -> list[ApplyResult]:
-    """Orphan, then delete in reverse apply order; a failed or held delete stays in the inventory.
+def execute(
+    client: KubeClient,
+    decision: PruneDecision,
+    options: PruneOptions,
+    *,
+    waves: Mapping[ObjectKey, int] | None = None,
+) -> list[ApplyResult]:
+    """Orphan, then delete in reverse apply order (``waves``: each candidate's sync wave, the
+    latest first); a failed or held delete stays in the inventory.
 
     What a delete would take with it is read as the identity that deletes (the app's
     ServiceAccount, if it has one): the shipped RBAC lets that identity list its namespaces.
     """
     results = [_orphan(client, c, options) for c in decision.orphan]
     held = _holds(client, decision, options)
-    for c in sorted(decision.delete, key=lambda c: (-phase_of(c.key), c.key)):
+    wave = waves or {}
+    for c in sorted(decision.delete, key=lambda c: (-wave.get(c.key, 0), -phase_of(c.key), c.key)):
         if (hold := held.get(c.key)) is not None:
             results.append(
                 ApplyResult(c.key, Outcome.PRUNE_SKIPPED, message=hold.message, uid=c.uid, note=hold.note)

@@ -312,6 +312,9 @@ class ClusterSettings:
     health_timeout: float = declare(300.0, Duration())
     #: Seconds a Failed health must hold before it counts (shorter flaps read InProgress).
     health_debounce: float = declare(30.0, Duration(0.0))
+    #: Seconds one sync wave may take to become healthy before the app fails, naming what it
+    #: waited for (docs/ordering.md); later waves and the prune are not done then.
+    wave_timeout: float = declare(300.0, Duration())
     #: SOPS decryption keys (the `decryption` table).
     decryption: Decryption = Decryption()
     #: The Kubernetes release the cluster is to be upgraded to ("1.36"; "": none): objects using
@@ -419,6 +422,7 @@ APP_SETTING_KEYS = frozenset(
         "wait",
         "health_timeout",
         "health_debounce",
+        "wave_timeout",
         "decryption",
         "service_account",
         "allowed_namespaces",

@@ -28,6 +28,8 @@ class SkipReason(enum.StrEnum):
     LIVE_UNKNOWN = "live-unknown"
     #: A Helm hook of delete/rollback phases only: never applied nor a member (``plan.hooks``).
     HELM_HOOK = "helm-hook"
+    #: An Argo CD ``Skip``, ``PreDelete`` or ``PostDelete`` hook: a sync never applies it (docs/ordering.md).
+    HOOK = "hook"
 
 
 class Action(enum.StrEnum):

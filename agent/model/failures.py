@@ -59,6 +59,12 @@ class FailureReason(enum.StrEnum):
     OBJECTS = "objects"
     #: Any other API error that ended the pass.
     API = "api"
+    #: A sync wave failed or did not become healthy within ``wave_timeout``: later waves and the
+    #: prune were not done (docs/ordering.md).
+    WAVE = "wave"
+    #: A hook failed (or did not finish within ``wave_timeout``); a ``PreSync`` one before anything
+    #: else of the app was written (docs/ordering.md).
+    HOOK = "hook"
     #: A bug in the agent.
     INTERNAL = "internal"
 
@@ -79,6 +85,9 @@ class PassState(enum.StrEnum):
     STANDBY = "standby"  # another replica holds the cluster's Lease
     #: A change window (``[[windows]]``) closed its writes: planned and reported, nothing written.
     WINDOW = "window"
+    #: A sync wave is applied and not healthy yet: later waves and the prune wait for the next
+    #: pass, which comes soon (``ClusterResult.wave_wait`` names the wave and what it waits for).
+    SYNCING = "syncing"
 
 
 @dataclass(frozen=True)

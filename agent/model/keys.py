@@ -58,9 +58,9 @@ class ObjectKey(NamedTuple):
     def of(cls, manifest: Manifest) -> ObjectKey:
         group, _ = split_api_version(str(manifest.get("apiVersion", "")))
         meta = manifest.get("metadata") or {}
-        return cls.interned(
-            group, str(manifest.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
-        )
+        # A hook named by ``generateName`` only (its object's name is the server's): known by that.
+        name = meta.get("name") or meta.get("generateName") or ""
+        return cls.interned(group, str(manifest.get("kind", "")), str(meta.get("namespace") or ""), str(name))
 
     @classmethod
     def interned(cls, group: str, kind: str, namespace: str, name: str) -> ObjectKey:

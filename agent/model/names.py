@@ -61,6 +61,12 @@ RECREATE = "gitops-agent.io/recreate"
 #: Helm's hook annotation (comma-separated phases), read to leave delete/rollback hooks out.
 HELM_HOOK = "helm.sh/hook"
 RECREATE_ON_IMMUTABLE = "on-immutable-change"
+#: On a hook object the agent created: the ApplySet id of its app (never ``PART_OF``: a hook is
+#: no member, so nothing, ``kubectl`` included, prunes it as one).
+HOOK_OF = "gitops-agent.io/hook-of"
+#: On an app's ApplySet parent: ``<revision>:<digest of its hooks>`` of the last sync whose hooks
+#: all ran; hooks run again only when it changes (docs/ordering.md).
+HOOKS_RAN = "gitops-agent.io/hooks-ran"
 
 
 def app_page(cluster: str, app: str) -> str:

@@ -13,6 +13,7 @@ from agent.model.changes import FieldConflict, IgnoredFields, SkipReason
 from agent.model.drift import Drift, DriftFate
 from agent.model.failures import Failure, FailureReason, PassState, PruneReason, PruneRefusal, Refusal
 from agent.model.keys import ObjectKey
+from agent.model.ordering import WaveWait
 from agent.model.windows import WindowHold
 
 
@@ -54,6 +55,8 @@ class Note(enum.StrEnum):
     INVENTORY_PARENT = "inventory-parent"
     #: Unchanged: its drift is reported, not corrected (``drift = "report"``; ``ClusterResult.drift``).
     DRIFT = "drift"
+    #: Created: a hook of the app's sync (never a member; its health is the sync's, not the rollout's).
+    HOOK = "hook"
 
 
 class ApiProblem(enum.StrEnum):
@@ -187,6 +190,8 @@ class ClusterResult:
     pin_cleared: str = ""
     #: The version of the chart the app renders (its Chart.yaml at ``revision``); "": none or unknown.
     chart: str = ""
+    #: A sync wave applied and not healthy yet (state ``syncing``): what the next pass goes on with.
+    wave_wait: WaveWait | None = None
 
     @property
     def error(self) -> str | None:
@@ -223,11 +228,18 @@ class ClusterResult:
             return PassState.FAILED
         if self.waiting_on:
             return PassState.WAITING
+        if self.wave_wait is not None:
+            return PassState.SYNCING
         if self.prune_refusal is not None and self.prune_refusal.reason is PruneReason.SUSPENDED:
             return PassState.SUSPENDED
         if self.window is not None and not self.window.forced:
             return PassState.WINDOW
         return PassState.OK
+
+    @property
+    def recheck(self) -> float | None:
+        """Seconds after this pass when its app's waiting wave is looked at again (None: none waits)."""
+        return self.wave_wait.recheck if self.wave_wait is not None else None
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)

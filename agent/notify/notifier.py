@@ -129,7 +129,7 @@ class Notifier:
                 self._observe(obs)
         if not self._statuses or not self._wanted(cluster, app, status=True):
             return
-        if result.state in (PassState.WAITING, PassState.SUSPENDED, PassState.WINDOW):
+        if result.state in (PassState.WAITING, PassState.SUSPENDED, PassState.WINDOW, PassState.SYNCING):
             return
         if not result.ok:
             why = result.error or f"{result.failed} object(s) failed"

@@ -26,6 +26,8 @@ from agent.model import (
     Outcome,
     PruneRefusal,
     Revision,
+    SyncOrder,
+    WaveWait,
     WindowHold,
 )
 from agent.plan import masking
@@ -53,6 +55,8 @@ class Phase(enum.Enum):
     WAITING = 13
     #: Planned and reported, nothing written: a change window (``[[windows]]``) is closed.
     WINDOW = 14
+    #: Applied up to a sync wave that is not healthy yet: the next pass goes on from there.
+    SYNCING = 15
 
     @property
     def ended(self) -> bool:
@@ -83,6 +87,11 @@ class AppRun:
     options: PlanOptions | None = None
     #: Its members as stored now (after this pass's writes).
     members: dict[ObjectKey, Member] = field(default_factory=dict)
+    #: The steps of its sync (``plan.ordering``: waves, Argo CD hooks), read with its objects prepared.
+    order: SyncOrder = field(default_factory=SyncOrder)
+    #: Its Argo CD hooks and the objects its sync never applies (``Skip``, delete hooks): taken
+    #: out of ``desired``, so none is ever planned, applied or recorded as a member.
+    hooks: dict[ObjectKey, DesiredObject] = field(default_factory=dict)
     #: Declared objects the cluster does not serve: failed before anything is sent.
     unserved: dict[ObjectKey, ApiFinding] = field(default_factory=dict)
     #: What a report says besides the objects (a suspended app previewed all the same).
@@ -174,6 +183,13 @@ class AppRun:
             raise RuntimeError(f"app {self.name!r} ended {self.phase.name} before its window")
         self.result.window = hold
         self.phase = Phase.WINDOW
+
+    def end_syncing(self, wait: WaveWait) -> None:
+        """Applied up to a wave that is not healthy yet: later waves and the prune wait."""
+        if self.phase.ended:
+            raise RuntimeError(f"app {self.name!r} ended {self.phase.name} before its wave")
+        self.result.wave_wait = wait
+        self.phase = Phase.SYNCING
 
     def end_done(self) -> None:
         """Its changes and prune are done (a failure while doing them ended it already)."""

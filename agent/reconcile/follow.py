@@ -23,7 +23,7 @@ import structlog
 from agent.config.health_checks import HealthCheck, Wait
 from agent.config.types import HEALTH_POLL_MAX, HEALTH_POLL_MIN, AppConfig
 from agent.kube.client import KubeClient
-from agent.model import AppHealth, ApplyResult, Health, HealthState, ObjectKey, Outcome
+from agent.model import AppHealth, ApplyResult, Health, HealthState, Note, ObjectKey, Outcome
 from agent.plan.health_tracker import TERMINAL, Tracker
 from agent.reconcile.health_read import read
 
@@ -35,7 +35,10 @@ _APPLIED = (Outcome.CREATED, Outcome.CONFIGURED, Outcome.UNCHANGED)
 
 def followed(wait: Wait, results: Iterable[ApplyResult]) -> tuple[list[ObjectKey], list[str]]:
     """What a wait follows of a pass's results, and the ``wait`` entries no applied object matches."""
-    keys = [r.key for r in results if r.outcome in _APPLIED and wait.includes(r.key)]
+    # A hook is the sync's, not the rollout's (and no member: the membership read never finds it).
+    keys = [
+        r.key for r in results if r.outcome in _APPLIED and r.note is not Note.HOOK and wait.includes(r.key)
+    ]
     return sorted(keys), [str(ref) for ref in wait.unmatched(keys)]
 
 

@@ -48,11 +48,13 @@ def read(
     *,
     checks: Sequence[HealthCheck] = (),
     namespaced: set[tuple[str, str]] | None = None,
+    selector: str = "",
 ) -> Reading:
     """The health of ``keys`` (members of the set ``membership``), each assessed with ``checks``.
 
     ``namespaced``: the kinds this identity may list only per namespace (shared with the pass's
-    live reads, which learn it first), listed so straight away; a refused whole adds its kind."""
+    live reads, which learn it first), listed so straight away; a refused whole adds its kind.
+    ``selector``: another label selector than the membership's (hooks: ``gitops-agent.io/hook-of``)."""
     out = Reading()
     by_kind: dict[tuple[str, str], set[ObjectKey]] = {}
     for k in keys:
@@ -66,7 +68,8 @@ def read(
                     HealthState.UNKNOWN, f"the cluster does not serve {k.group_kind}", reason="NotServed"
                 )
             continue
-        items, failed = list_members(client, info, f"{PART_OF}={membership}", wanted, out, namespaced)
+        by = selector or f"{PART_OF}={membership}"
+        items, failed = list_members(client, info, by, wanted, out, namespaced)
         if isinstance(failed, ApiError):
             for k in wanted:
                 out.healths[k] = Health(HealthState.UNKNOWN, f"not read: {failed}", reason="ReadFailed")

@@ -49,7 +49,10 @@ from agent.model import (
     PruneRefusal,
     Revision,
     SkipReason,
+    SyncKind,
+    SyncOrder,
 )
+from agent.plan.ordering import live_wave, sync_order
 from agent.plan.planner import expected_object, request_body, whole_body
 from agent.reconcile import namespaces, pins
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
@@ -99,6 +102,10 @@ class AppPlan:
     #: Object → the parent it is taken from (handover, rename).
     taken: dict[ObjectKey, str]
     conflicts: tuple[AppConflict, ...]
+    #: The steps of its sync (waves, hooks); one wave and no hook: applied at once, as ever.
+    order: SyncOrder = field(default_factory=SyncOrder)
+    #: Its hooks and the objects its sync never applies (never members, never planned).
+    hooks: dict[ObjectKey, DesiredObject] = field(default_factory=dict)
 
     def body(self, change: Change) -> Manifest | None:
         """The request an apply of ``change`` sends (secrets unmasked)."""
@@ -109,8 +116,10 @@ class AppPlan:
         return whole_body(obj, self.ready.options, self.live.objects.get(obj.key))
 
     def prune(self, client: KubeClient) -> list[ApplyResult]:
-        """Carry out the prune decision (a dry run's deletes are previews: ``prune_options``)."""
-        return prune_stage.execute(client, self.decision, self.prune_options)
+        """Carry out the prune decision (a dry run's deletes are previews: ``prune_options``), the
+        latest sync wave first."""
+        waves = {c.key: live_wave(m) for c in self.decision.delete if (m := self.live.objects.get(c.key))}
+        return prune_stage.execute(client, self.decision, self.prune_options, waves=waves)
 
     def expected(self, change: Change, live: Manifest | None) -> Manifest | None:
         """What the object would be after applying ``change`` over ``live``, as the plan sees it."""
@@ -173,8 +182,9 @@ class ClusterPipeline(ClusterStages):
         live = shared.live_for(run)
         decision = prune_stage.decide(
             ready.inventory,
-            # What another app declares is never this app's to delete, declared here or not.
-            set(by_key) | shared.declared_by_others(run),
+            # What another app declares is never this app's to delete, declared here or not; nor
+            # is a hook (one applied as a member before hooks ran is let go, never deleted).
+            set(by_key) | shared.declared_by_others(run) | set(run.hooks),
             live.objects,
             live.complete,
             prune_options,
@@ -193,6 +203,8 @@ class ClusterPipeline(ClusterStages):
             {k: o for k, o in by_key.items() if k not in not_mine},
             {v.obj.key: v.taken_from for v in verdicts if v.taken_from},
             tuple(conflicts),
+            run.order,
+            run.hooks,
         )
 
     def memo(self, app: str) -> NoopMemo:
@@ -348,6 +360,7 @@ class ClusterPipeline(ClusterStages):
                 run.desired_set, run.store.id, default_namespace=namespaces.target_namespace(run.app)
             )
             self._check_scope(run)
+            self._split_hooks(run)
             self.load_schema(run.desired)
         except RenderError as e:
             run.desired = None
@@ -355,6 +368,17 @@ class ClusterPipeline(ClusterStages):
             return
         if not run.phase.ended:
             run.reach(Phase.PREPARED)
+
+    def _split_hooks(self, run: AppRun) -> None:
+        """Its sync's order, and its Argo CD hooks (and what its sync never applies) out of its
+        objects. Helm's hooks stay ordinary objects in their wave, as before (docs/ordering.md)."""
+        assert run.desired is not None and run.inventory is not None
+        kind = SyncKind.UPGRADE if run.inventory.exists else SyncKind.INSTALL
+        run.order = sync_order(run.desired, kind, helm_hooks=False)
+        apart = {o.key for s in (*run.order.steps, *run.order.on_fail) for o in s.objects if o.hook}
+        apart |= {x.ordered.key for x in run.order.left_out}
+        run.hooks = {o.key: o for o in run.desired if o.key in apart}
+        run.desired = [o for o in run.desired if o.key not in apart]
 
     def _check_scope(self, run: AppRun) -> None:
         """An app declaring objects outside its scope fails closed, before any request for it.

@@ -24,40 +24,32 @@ from datetime import UTC, datetime
 import structlog
 
 from agent.apply import ssa as apply_stage
-from agent.apply.inventory import Inventory, widen
+from agent.apply.inventory import Inventory
 from agent.config.types import ClusterConfig, Config, DriftMode
 from agent.errors import (
     AgentError,
     ApiError,
     ClusterError,
     ClusterRefused,
-    StatusCause,
 )
 from agent.kube.client import KubeClient
 from agent.model import (
     APPLIED_REVISION,
-    PRUNE_HELD,
     Action,
-    ApiFinding,
-    ApiProblem,
     AppHealth,
     ApplyResult,
     Change,
     ClusterResult,
     Failure,
     HealthState,
-    Manifest,
     Note,
     ObjectKey,
     Outcome,
     PassState,
-    PruneReason,
     Revision,
 )
 from agent.plan import drift as drift_plan
 from agent.plan import masking
-from agent.plan.causes import replan_after_conflict
-from agent.plan.planner import request_body
 from agent.plan.windows import is_open
 from agent.reconcile.appruns import AppRun, Shared, narrowed
 from agent.reconcile.apps import (
@@ -68,8 +60,11 @@ from agent.reconcile.apps import (
 )
 from agent.reconcile.confirm import confirm_plan
 from agent.reconcile.follow import Follows
-from agent.reconcile.pipeline import AppPlan, ClusterPipeline, PassPlan
+from agent.reconcile.hook_runs import HookRuns
+from agent.reconcile.pipeline import AppPlan, PassPlan
 from agent.reconcile.stages import ClientFactory, SameCluster, app_render_spec, render_spec
+from agent.reconcile.waves import Waves
+from agent.reconcile.writes import AppWrites
 from agent.render.renderer import RenderCache
 
 __all__ = ["ClientFactory", "ClusterReconciler", "SameCluster", "app_render_spec", "render_spec"]
@@ -82,7 +77,7 @@ def _created(run: AppRun) -> set[ObjectKey]:
     return {k for k, m in run.members.items() if m.uid}
 
 
-class ClusterReconciler(ClusterPipeline):
+class ClusterReconciler(AppWrites):
     """Reconciles one cluster's apps; owns that cluster's client and caches."""
 
     def __init__(
@@ -107,6 +102,10 @@ class ClusterReconciler(ClusterPipeline):
         self.follows = Follows()
         #: App → the revision whose wait ended Current (``depends_on`` reads it for an app that waits).
         self.healthy: dict[str, str] = {}
+        #: The sync steps apps wait on across passes (``reconcile.waves``), and their syncs with
+        #: hooks under way (``reconcile.hook_runs``).
+        self.waves = Waves()
+        self.hook_runs = HookRuns()
 
     # -- the pass ---------------------------------------------------------------
 
@@ -253,8 +252,16 @@ class ClusterReconciler(ClusterPipeline):
         log.info("change window closed; nothing applied or pruned", app=run.name, window=run.window.window)
 
     def _begin_wait(self, run: AppRun) -> None:
-        """After an app's successful pass, follow its rollout (``wait``); else forget any follow."""
-        if not run.app.settings.wait or not run.result.ok or run.store is None or run.revision is None:
+        """After an app's successful pass, follow its rollout (``wait``); else forget any follow.
+        An app whose sync waits on a wave has not applied everything yet: nothing to follow."""
+        syncing = run.result.wave_wait is not None
+        if (
+            not run.app.settings.wait
+            or not run.result.ok
+            or syncing
+            or run.store is None
+            or run.revision is None
+        ):
             self.follows.drop(run.name)
             return
         self.follows.begin(run.app, run.revision.sha, run.store.id, run.result.results, time.monotonic())
@@ -320,12 +327,15 @@ class ClusterReconciler(ClusterPipeline):
         if not dry_run:
             # create_namespace: before anything is applied (found in this pass's read: nothing asked)
             self.create_namespace(run.app, ap.by_key, None if run.identity else ap.live)
-            self._widen(ap)
-        self._apply(ap, changes, client, apply_opts, shared)
+        through = self._sync(ap, changes, client, apply_opts, shared)  # widened before its objects
         self._corrected_drift(ap, changes)
+        if not through:
+            return  # a wave waits or failed: later waves, the prune and narrowing wait (widened stays)
         self._prune(ap, client, dry_run=dry_run)
         if not dry_run:
-            members = narrowed(run.members, ap.mine, ap.live, result.results, ap.decision.gone)
+            # A hook is no member: one recorded before hooks ran is let go (never deleted as one).
+            gone = ap.decision.gone | set(ap.hooks)
+            members = narrowed(run.members, ap.mine, ap.live, result.results, gone)
             if members != run.members:
                 ap.ready.store.write(members.values())
             run.members = members
@@ -366,75 +376,6 @@ class ClusterReconciler(ClusterPipeline):
         applied = {r.key for r in run.result.results if r.outcome in (Outcome.CREATED, Outcome.CONFIGURED)}
         evidence = {v.obj.key: v.drift for v in ap.verdicts}
         run.result.drift.extend(drift_plan.corrected(changes, evidence, _created(run), applied))
-
-    def _widen(self, ap: AppPlan) -> None:
-        """Record what is about to be applied before applying it (docs/safety.md rule 10)."""
-        run, store = ap.run, ap.ready.store
-        inventory = run.inventory or ap.ready.inventory
-        wider = widen(inventory, ap.mine)
-        if len(wider) == len(inventory.members):
-            return
-        if not inventory.exists:  # created with the claim alone, so a racing entry loses
-            run.inventory = store.claim(inventory)
-        store.write(wider)
-        run.members = {m.key: m for m in wider}
-
-    def _apply(
-        self,
-        ap: AppPlan,
-        changes: tuple[Change, ...],
-        client: KubeClient,
-        options: apply_stage.ApplyOptions,
-        shared: Shared,
-    ) -> None:
-        """Send the changes (what the cluster does not serve fails here, before any request);
-        results masked; warnings kept; handovers released once the taker applied them."""
-        run, result, by_key = ap.run, ap.run.result, ap.by_key
-
-        def replan(key: ObjectKey, fresh: Manifest | None, causes: tuple[StatusCause, ...]) -> Change:
-            return replan_after_conflict(by_key[key], fresh, ap.ready.options, causes)
-
-        def body_for(change: Change) -> Manifest | None:
-            return request_body(change, by_key[change.key])
-
-        blocked = {k for k in run.unserved if k in ap.mine}
-        sendable = [c for c in changes if c.key not in blocked or c.action is Action.SKIP]
-        applied = apply_stage.apply_changes(client, sendable, options, replan, body_for)
-        # A server's message may quote a value: masked in every result, never shown for the object.
-        secret, values = {k for k, o in by_key.items() if masking.masks_of(o.manifest)}, run.secret_values()
-        applied = [masking.scrub_result(r, values, sensitive=r.key in secret) for r in applied]
-        result.results.extend(
-            ApplyResult(
-                k, Outcome.FAILED, status=404, message=run.unserved[k].message, note=Note.API_NOT_SERVED
-            )
-            for k in sorted(blocked)
-        )
-        result.results.extend(applied)
-        for r in applied:
-            obj = by_key[r.key]
-            result.api_findings.extend(
-                ApiFinding(r.key, obj.api_version, ApiProblem.WARNING, w, file=str(obj.provenance))
-                for w in r.warnings
-            )
-            if r.key in ap.taken and r.outcome in (Outcome.CREATED, Outcome.CONFIGURED):
-                shared.release(ap.taken[r.key], r.key)
-
-    def _prune(self, ap: AppPlan, client: KubeClient, *, dry_run: bool) -> None:
-        """Delete what the decision allows; a refusal said (and a brake's hold recorded once)."""
-        decision, result, inventory = ap.decision, ap.run.result, ap.run.inventory or ap.ready.inventory
-        if decision.refusal:
-            refusal = decision.refusal
-            if ap.live.errors:
-                refusal = replace(refusal, message=f"{refusal.message} [{'; '.join(ap.live.errors)}]")
-            result.prune_refusal = refusal
-        held = decision.digest if decision.refusal and decision.refusal.reason is PruneReason.BRAKE else ""
-        if not dry_run and inventory.exists and held != inventory.held_digest:
-            ap.ready.store.set_annotation(
-                PRUNE_HELD, held or None
-            )  # written when it changes, never each pass
-        pruned = ap.prune(client)
-        values = ap.run.secret_values()
-        result.results.extend(masking.scrub_result(r, values, sensitive=False) for r in pruned)
 
     def _settle(
         self, runs: Mapping[str, AppRun], old: Mapping[str, tuple[str, Inventory]], shared: Shared

@@ -450,6 +450,8 @@ def validate(obj: dict[str, Any]) -> list[str]:
         for key in ("name", "namespace"):
             v = meta.get(key)
             if v is None:
+                if key == "name" and _generated_hook(meta):
+                    continue  # created with a POST when its hook runs (docs/ordering.md)
                 if key == "name":
                     hint = (
                         " (generateName is not supported: objects need a stable name)"
@@ -560,3 +562,16 @@ def decode_bytes(data: bytes, origin: Origin) -> tuple[str | None, RenderProblem
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         return None, origin.problem(f"not UTF-8 text (byte 0x{data[e.start]:02x})", line, column)
     return text.removeprefix("\ufeff"), None
+
+
+def _generated_hook(meta: dict[str, Any]) -> bool:
+    """An Argo CD hook named by ``generateName``: the server names each run of it."""
+    annotations = meta.get("annotations")
+    generate = meta.get("generateName")
+    return (
+        isinstance(annotations, dict)
+        and isinstance(annotations.get("argocd.argoproj.io/hook"), str)
+        and isinstance(generate, str)
+        and bool(generate)
+        and not any(c in generate for c in _NAME_FORBIDDEN)
+    )

@@ -247,6 +247,7 @@ def _report(rec: ClusterReconciler, ap: AppPlan) -> AppReport:
         prune_refused=ap.decision.refused,
         notes=tuple(notes),
         ignored=ignored_totals(changes),
+        sync=() if ap.order.plain and not ap.order.left_out else ap.order.describe(),
     )
     for v in ap.verdicts:
         if v.conflicts:

@@ -50,9 +50,11 @@ from agent.model import (
     ObjectKey,
     Revision,
     SkipReason,
+    SyncKind,
     parse_release,
 )
 from agent.plan import apis, hooks
+from agent.plan.ordering import sync_order
 from agent.plan.release import RenderRelease, render_release
 from agent.reconcile.charts import ChartPolls, chart_key, chart_refusal, with_charts
 from agent.reconcile.reconciler import app_render_spec
@@ -156,6 +158,10 @@ def compare_app(
         after = _render_at(head.tree, _charted(spec, app, head), base=False, revision=head.sha)
     except AgentError as e:
         return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
+    try:  # the sync's steps, read as the pass reads them (a wave that is not an integer fails it)
+        order = sync_order(after.objects, SyncKind.UPGRADE, helm_hooks=False)
+    except AgentError as e:
+        return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     old = {o.key: o for o in before.objects}
     new = {o.key: o for o in after.objects}
     api = _api_lines(after.objects, kubernetes_version)
@@ -217,6 +223,7 @@ def compare_app(
         findings=check_secrets(app, after),
         notes=((release.describe(),) if rendered_for(after) is not None else ())
         + _chart_notes(app, base, head),
+        sync=() if order.plain and not order.left_out else order.describe(),
     )
     return Preview(report, new)
 

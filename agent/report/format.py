@@ -180,6 +180,9 @@ def _markdown_body(report: Report, a: AppReport, what: str) -> list[str]:
     if a.prune_refused:
         lines += [f"> **Prune refused:** {_line(a.prune_refused, 2000)}", ""]
     lines += [f"> {_line(n, 1000)}" for n in a.notes]
+    if a.sync:
+        lines += ["", "**Sync order** (each step once the one before is healthy):", ""]
+        lines += [f"{i}. {_line(step, 1000)}" for i, step in enumerate(a.sync, 1)] + [""]
     lines += [f"> **{f.severity.value.capitalize()}:** {_line(f.text(), 1000)}" for f in a.findings]
     if not a.error and not a.objects:
         lines.append(
@@ -350,6 +353,7 @@ def render_text(report: Report, *, color: bool = False) -> str:
             if a.prune_refused:
                 lines.append(style(f"prune refused: {a.prune_refused}", fg="yellow"))
             lines.extend(f"note: {n}" for n in a.notes)
+            lines.extend(f"sync {i}: {step}" for i, step in enumerate(a.sync, 1))
             for f in a.findings:
                 colour = "red" if f.severity is Severity.ERROR else "yellow"
                 lines.append(style(f"{f.severity.value}: {f.text()}", fg=colour))

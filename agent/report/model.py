@@ -252,6 +252,8 @@ class AppReport:
     findings: tuple[Finding, ...] = ()
     #: Fields the ignore rules left alone over all the app's objects, unchanged ones included.
     ignored: tuple[IgnoredFields, ...] = ()
+    #: The steps its sync would run in order (waves, hooks), one line each; empty: one wave, no hook.
+    sync: tuple[str, ...] = ()
 
     def count(self, action: ObjectAction) -> int:
         return sum(1 for o in self.objects if o.action is action and o.error is None)
@@ -434,6 +436,7 @@ def _app_json(a: AppReport) -> dict[str, Any]:
         "summary": {**a.totals(), "unchanged": a.unchanged},
         "objects": [_object_json(o) for o in a.objects],
         **_ignored_json(a.ignored),
+        **({"sync": list(a.sync)} if a.sync else {}),
     }
 
 

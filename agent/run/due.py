@@ -49,6 +49,8 @@ class DueReason(StrEnum):
     WAITING = "waiting on dependency"
     #: Waiting on a dependency whose rollout the health job saw complete: due now.
     UNBLOCKED = "dependency rolled out"
+    #: Its sync waits on a wave to become healthy: due when its last pass said to look again.
+    WAVE = "sync wave"
 
 
 def backoff_delay(failures: int, *, base: float, cap: float) -> float:
@@ -88,6 +90,9 @@ class AppClock:
     waiting_on: tuple[str, ...] = ()
     #: A dependency it waited on rolled out since (the health job saw it): due now.
     woken: bool = False
+    #: Its last pass ended ``syncing`` (a wave not healthy yet): seconds after that pass's end
+    #: when it is due again; None: not syncing.
+    recheck: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,9 @@ def _own(clock: AppClock, now: float, timing: Timing) -> Due:
         return Due(clock.name, DueReason.NEW_REVISION, now, now)
     if clock.woken:
         return Due(clock.name, DueReason.UNBLOCKED, now, now)
+    if clock.recheck is not None:
+        at = (clock.last_end if clock.last_end is not None else clock.last_run) + clock.recheck
+        return Due(clock.name, DueReason.WAVE, at, at)
     if clock.failures and not clock.waiting_on:
         # From the failed pass's end: a pass that ran into its deadline does not eat its backoff.
         delay = timing.delay(clock.failures)

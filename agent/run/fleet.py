@@ -471,6 +471,9 @@ class Fleet:
                     current=of_app(rev, app) if rev is not None else None,
                     waiting_on=tuple(waited.waiting_on) if waited else (),
                     woken=app.name in woken,
+                    recheck=st.last_result.recheck
+                    if st.last_result and st.state is PassState.SYNCING
+                    else None,
                 )
             )
         now = time.monotonic() if now is None else now

@@ -110,6 +110,7 @@ class HealthWatch:
         latest = {(r.cluster, r.app): r for r in results}
         names = sorted({r.cluster for r in results})
         for _ in range(len(self.fleet.config.apps) + 1):  # each round runs at least one app more
+            self.resync(revisions, latest, stop)
             self.wait(names, stop)
             ran = False
             for name in names:
@@ -121,6 +122,25 @@ class HealthWatch:
             if not ran:
                 break
         return list(latest.values())
+
+    def resync(
+        self,
+        revisions: Revision | Revisions,
+        latest: dict[tuple[str, str], ClusterResult],
+        stop: threading.Event,
+    ) -> None:
+        """``run --once``: run the apps whose sync waits on a wave (state ``syncing``) again when
+        their pass said to look, until none waits (each wave is bounded by ``wave_timeout``)."""
+        while not stop.is_set():
+            syncing = [r for r in latest.values() if r.state is PassState.SYNCING]
+            if not syncing:
+                return
+            if stop.wait(min(r.recheck if r.recheck is not None else 1.0 for r in syncing)):
+                return
+            for cluster in sorted({r.cluster for r in syncing}):
+                apps = [r.app for r in syncing if r.cluster == cluster]
+                for r in self.fleet.run_apps(cluster, revisions, apps=apps):
+                    latest[(r.cluster, r.app)] = r
 
     def _ready(self, name: str) -> list[str]:
         """Apps of ``name`` waiting on dependencies that have all succeeded and rolled out since."""

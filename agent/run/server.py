@@ -50,7 +50,7 @@ def pass_result(result: ClusterResult) -> str:
     """The ``result`` label of a pass: ``success``, ``failure``, or ``waiting`` (on a dependency)."""
     if not result.ok:
         return "failure"
-    return "waiting" if result.state is PassState.WAITING else "success"
+    return "waiting" if result.state in (PassState.WAITING, PassState.SYNCING) else "success"
 
 
 def conflicting(result: ClusterResult) -> int:

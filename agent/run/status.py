@@ -24,6 +24,7 @@ _WORST_FIRST = (
     PassState.TIMED_OUT,
     PassState.FAILED,
     PassState.WAITING,
+    PassState.SYNCING,
     PassState.WINDOW,
     PassState.SUSPENDED,
     PassState.OK,
@@ -144,6 +145,8 @@ class AppStatus:
             "health": self.health.to_json() if self.health else None,
             # The change window of its last pass: what held it, or what it overrode once.
             "window": _window(r.window) if r and r.window else None,
+            # The sync wave its last pass applied and waits on (state ``syncing``), if any.
+            "wave": r.wave_wait.to_json() if r and r.wave_wait else None,
             # The rollback pin its last pass rendered (``gitops-agent rollback``), or the one it cleared.
             "pin": r.pin.to_json() if r and r.pin else None,
             "followed_revision": (r.followed or r.revision) if r else "",

@@ -4,8 +4,9 @@ hooks are not applied").
 A chart in Git, rendered by the pinned ``helm template``, applied to a real pool cluster: its
 ``pre-delete`` Job (Kyverno's kind, which scales the release to zero at uninstall) and its
 ``post-rollback`` ConfigMap are skipped with reason ``helm-hook`` in the pass's results, the
-``run --once`` table, ``/status`` and the diff report, never created and never recorded in the
-inventory; a hook that also names an install phase is applied as before.
+``run --once`` table, ``/status`` and the diff report's sync order, never created and never
+recorded in the inventory; a hook that also names an install phase runs at the install as a
+hook: created, never a member (docs/ordering.md).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def chart_files(ns: str) -> dict[str, str]:
         f"{base}/templates/settings.yaml": config_map("settings", None),
         f"{base}/templates/scale-to-zero.yaml": job("scale-to-zero", "pre-delete"),
         f"{base}/templates/rolled-back.yaml": config_map("rolled-back", "post-rollback, post-delete"),
-        f"{base}/templates/both.yaml": config_map("both", "pre-install,pre-delete"),
+        f"{base}/templates/both.yaml": config_map("both", "post-install,pre-delete"),
     }
 
 
@@ -124,13 +125,14 @@ def test_helm_delete_hook_a_charts_pre_delete_job_is_never_applied_nor_tracked_a
         assert (by_name[name].outcome, by_name[name].skip) == (Outcome.SKIPPED, SkipReason.HELM_HOOK)
     assert "pre-delete hook" in by_name["scale-to-zero"].message
     assert by_name["both"].outcome is Outcome.CREATED and by_name["settings"].outcome is Outcome.CREATED
+    assert by_name["both"].message == "hook created"  # a post-install hook: run, never a member
 
     # Absent from the cluster, and never a member of the inventory (so never pruned as one).
     gone = kubectl(a.kubeconfig, "get", "job,configmap", "-n", ns, "-o", "name")
     assert "job.batch/scale-to-zero" not in gone and "configmap/rolled-back" not in gone
     assert "configmap/both" in gone and "configmap/settings" in gone
     members = {k.name for k in agent.tracked()}
-    assert {"both", "settings"} <= members and not members & {"scale-to-zero", "rolled-back"}
+    assert "settings" in members and not members & {"scale-to-zero", "rolled-back", "both"}
 
     # Where people look: /status, the diff report, the run table.
     skipped = agent.fleet.status["pool-a"].rows()[0]["skipped"]
@@ -141,15 +143,15 @@ def test_helm_delete_hook_a_charts_pre_delete_job_is_never_applied_nor_tracked_a
         diff, ["--config", agent.config.file, "--format", "json"], catch_exceptions=False
     )
     doc = json.loads(report.stdout)
-    objects = {o["key"]: o for c in doc["clusters"] for app in c["apps"] for o in app["objects"]}
-    entry = objects[f"Job.batch/{ns}/scale-to-zero"]
-    assert (entry["action"], entry["skip"]) == ("skip", "helm-hook") and report.exit_code == 0, report.output
+    (sync,) = [app["sync"] for c in doc["clusters"] for app in c["apps"]]
+    assert f"never applied: Job.batch/{ns}/scale-to-zero (delete-or-rollback)" in sync, sync
+    assert report.exit_code == 0, report.output
 
     # Steady: the next pass (`run --once`) applies and deletes nothing, and the hooks stay out.
     once = CliRunner().invoke(main, ["run", "--once", "--config", agent.config.file], catch_exceptions=False)
     assert once.exit_code == 0, once.output
     assert f"  pool-a: Job.batch/{ns}/scale-to-zero: skipped: Helm pre-delete hook" in once.stdout
     row = next(line.split() for line in once.stdout.splitlines() if line.startswith("pool-a"))
-    assert row[2:7] == ["0", "3", "0", "0", "0"]  # APPLIED UNCHANGED YIELDED PRUNED FAILED
+    assert row[2:7] == ["0", "2", "0", "0", "0"]  # APPLIED UNCHANGED YIELDED PRUNED FAILED (no hook runs)
     after = kubectl(a.kubeconfig, "get", "job,configmap", "-n", ns, "-o", "name")
     assert "job.batch/scale-to-zero" not in after and "configmap/rolled-back" not in after

@@ -26,6 +26,7 @@ from agent.model import (
     Outcome,
     PruneRefusal,
     Revision,
+    SyncKind,
     SyncOrder,
     WaveWait,
     WindowHold,
@@ -87,10 +88,13 @@ class AppRun:
     options: PlanOptions | None = None
     #: Its members as stored now (after this pass's writes).
     members: dict[ObjectKey, Member] = field(default_factory=dict)
-    #: The steps of its sync (``plan.ordering``: waves, Argo CD hooks), read with its objects prepared.
+    #: The steps of its sync (``plan.ordering``: waves, hooks), read with its objects prepared.
     order: SyncOrder = field(default_factory=SyncOrder)
-    #: Its Argo CD hooks and the objects its sync never applies (``Skip``, delete hooks): taken
-    #: out of ``desired``, so none is ever planned, applied or recorded as a member.
+    #: Which Helm hooks its sync runs: its first install's or a later revision's.
+    kind: SyncKind = SyncKind.UPGRADE
+    #: Its hooks (Argo CD's, Helm's) and the objects its sync never applies (``Skip``, delete,
+    #: rollback and test hooks): taken out of ``desired``, so none is ever planned, applied or
+    #: recorded as a member.
     hooks: dict[ObjectKey, DesiredObject] = field(default_factory=dict)
     #: Declared objects the cluster does not serve: failed before anything is sent.
     unserved: dict[ObjectKey, ApiFinding] = field(default_factory=dict)

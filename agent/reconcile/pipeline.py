@@ -225,7 +225,8 @@ class ClusterPipeline(ClusterStages):
             log.error("chart not fetched", cluster=self.cluster.name, app=run.name, error=refused[0])
             return
         try:
-            run.desired_set = self.render_app(run.app, run.revision)
+            upgrade = self._sync_kinds.get(run.name, SyncKind.UPGRADE) is SyncKind.UPGRADE
+            run.desired_set = self.render_app(run.app, run.revision, upgrade=upgrade)
         except RenderError as e:
             e = RenderError(e.problems, cluster=self.cluster.name, app=run.name)  # name the app
             if run.end_failed(e.failure(), e):
@@ -356,6 +357,7 @@ class ClusterPipeline(ClusterStages):
         if run.desired_set is None or run.phase is not Phase.RENDERED or run.store is None:
             return
         try:
+            self._render_for_kind(run)
             run.desired = self.prepare(
                 run.desired_set, run.store.id, default_namespace=namespaces.target_namespace(run.app)
             )
@@ -369,12 +371,27 @@ class ClusterPipeline(ClusterStages):
         if not run.phase.ended:
             run.reach(Phase.PREPARED)
 
+    def _render_for_kind(self, run: AppRun) -> None:
+        """The app's sync kind from its parent: an install while it has none (or its first
+        install is under way), else an upgrade; a chart rendered for the other kind is rendered
+        again (``helm template --is-upgrade`` or not), so ``.Release.IsUpgrade`` says the truth."""
+        assert run.inventory is not None and run.desired_set is not None and run.revision is not None
+        installing = not run.inventory.exists or run.name in self._installing
+        run.kind = SyncKind.INSTALL if installing else SyncKind.UPGRADE
+        rendered = self._sync_kinds.get(run.name, SyncKind.UPGRADE)
+        self._sync_kinds[run.name] = run.kind
+        if rendered is not run.kind and run.desired_set.capabilities is not None:  # a chart was rendered
+            upgrade = run.kind is SyncKind.UPGRADE
+            try:
+                run.desired_set = self.render_app(run.app, run.revision, upgrade=upgrade)
+            except RenderError as e:
+                raise RenderError(e.problems, cluster=self.cluster.name, app=run.name) from e
+
     def _split_hooks(self, run: AppRun) -> None:
-        """Its sync's order, and its Argo CD hooks (and what its sync never applies) out of its
-        objects. Helm's hooks stay ordinary objects in their wave, as before (docs/ordering.md)."""
-        assert run.desired is not None and run.inventory is not None
-        kind = SyncKind.UPGRADE if run.inventory.exists else SyncKind.INSTALL
-        run.order = sync_order(run.desired, kind, helm_hooks=False)
+        """Its sync's order, and its hooks (and what its sync never applies) out of its objects:
+        Helm's with Helm's semantics for the app's sync kind (docs/ordering.md)."""
+        assert run.desired is not None
+        run.order = sync_order(run.desired, run.kind)
         apart = {o.key for s in (*run.order.steps, *run.order.on_fail) for o in s.objects if o.hook}
         apart |= {x.ordered.key for x in run.order.left_out}
         run.hooks = {o.key: o for o in run.desired if o.key in apart}

@@ -28,6 +28,7 @@ from agent.model import (
     Refusal,
     Revision,
     ScopeViolation,
+    SyncKind,
     split_api_version,
 )
 from agent.plan import apis
@@ -106,6 +107,10 @@ class ClusterStages:
         #: Identity ("": the agent's own) → kinds it may list only per namespace (a cluster-wide
         #: LIST was refused once): listed per namespace straight away in later passes.
         self._namespaced_lists: dict[str, set[GroupKind]] = {}
+        #: App → the Helm sync its last pass rendered for (a pass renders for it first); the apps
+        #: whose first install is under way (an install until its sync is through: ``writes``).
+        self._sync_kinds: dict[str, SyncKind] = {}
+        self._installing: set[str] = set()
         #: App → its no-op memo, kept across passes (``pipeline``).
         self._memos: dict[str, NoopMemo] = {}
         #: Source name → its cache, read for rollback pins (never the network).
@@ -265,9 +270,14 @@ class ClusterStages:
         # instead of each rendering (and holding) its own copy at the same moment.
         return self.render_at(revision, self.spec_for())
 
-    def render_app(self, app: AppConfig, revision: Revision) -> DesiredSet:
+    def render_app(
+        self, app: AppConfig, revision: Revision, *, upgrade: bool = False, tests: bool = False
+    ) -> DesiredSet:
+        """``app`` at ``revision``: its charts as their first install or (``upgrade``) a later
+        revision, with their ``test`` hooks (``tests``) or without."""
         # The chart the source's poll fetched, or built with its dependencies.
-        return self.render_at(revision, with_charts(self.spec_for(app), app, revision))
+        spec = replace(with_charts(self.spec_for(app), app, revision), is_upgrade=upgrade, tests=tests)
+        return self.render_at(revision, spec)
 
     def render_at(self, revision: Revision, spec: RenderSpec) -> DesiredSet:
         """Render ``revision``'s checkout, held while it is read (``checkout.reading``)."""

@@ -26,6 +26,7 @@ from agent.apply.inventory import widen
 from agent.errors import StatusCause
 from agent.kube.client import KubeClient
 from agent.model import (
+    HELM_HOOK,
     HOOKS_RAN,
     PRUNE_HELD,
     Action,
@@ -36,6 +37,7 @@ from agent.model import (
     DeletePolicy,
     Failure,
     FailureReason,
+    HookTool,
     Manifest,
     Note,
     ObjectKey,
@@ -44,6 +46,7 @@ from agent.model import (
     SkipReason,
     Stage,
     Step,
+    SyncKind,
 )
 from agent.plan import masking
 from agent.plan.causes import replan_after_conflict
@@ -55,6 +58,8 @@ from agent.reconcile.waves import Gate, WaveAt, Waves, applied_keys
 
 log = structlog.get_logger("gitops_agent.reconcile")
 
+#: Ends the ``hooks-ran`` mark of a first install with Helm hooks (``_hook_mark``).
+INSTALLED = ":install"
 #: Outcomes of objects the cluster holds as Git says: what a wave waits for.
 _IN_CLUSTER = (Outcome.CREATED, Outcome.CONFIGURED, Outcome.UNCHANGED)
 
@@ -81,6 +86,8 @@ class AppWrites(ClusterPipeline):
         self._left_out(ap)
         mark = self._hook_mark(ap)
         steps = _steps(ap, due=mark is not None and not options.dry_run)
+        if run.kind is SyncKind.INSTALL and mark is not None and not options.dry_run:
+            self._installing.add(run.name)  # an install until it is through, over passes
         if options.dry_run or (len(steps) <= 1 and not any(o.hook for s in steps for o in s.objects)):
             if not options.dry_run:
                 self._widen(ap)
@@ -115,6 +122,7 @@ class AppWrites(ClusterPipeline):
         if not widened:
             self._widen(ap)
         self._hooks_ran(ap, mark)
+        self._installing.discard(run.name)
         return True
 
     def _hook_mark(self, ap: AppPlan) -> str | None:
@@ -123,9 +131,15 @@ class AppWrites(ClusterPipeline):
         hooks = {o.key for s in (*order.steps, *order.on_fail) for o in s.objects if o.hook}
         if not hooks or ap.run.revision is None:
             return None
-        mark = f"{ap.run.revision.sha}:{hook_runs.digest(ap.hooks[k] for k in sorted(hooks))}"
+        sha = ap.run.revision.sha
+        mark = f"{sha}:{hook_runs.digest(ap.hooks[k] for k in sorted(hooks))}"
+        helm = any(o.hook.tool is HookTool.HELM for o in ap.order.hooks if o.hook is not None)
+        if ap.run.kind is SyncKind.INSTALL and helm:
+            mark += INSTALLED
         inventory = ap.run.inventory or ap.ready.inventory
-        return None if inventory.annotations.get(HOOKS_RAN) == mark else mark
+        ran = inventory.annotations.get(HOOKS_RAN, "")
+        # Installed at this revision: the upgrade hooks wait for the next change, as in Helm.
+        return None if ran == mark or (ran.endswith(INSTALLED) and ran.startswith(f"{sha}:")) else mark
 
     def _hooks_ran(self, ap: AppPlan, mark: str | None) -> None:
         """A sync whose hooks all ran: recorded on the parent, so the next pass runs none."""
@@ -139,9 +153,16 @@ class AppWrites(ClusterPipeline):
     def _left_out(self, ap: AppPlan) -> None:
         """What the sync never applies (``Skip``, delete hooks) in the results, with why."""
         for left in ap.order.left_out:
+            hook, skip = left.ordered.hook, SkipReason.HOOK
             why = f"Argo CD hook, not applied by a sync ({left.why})"
+            if hook is not None and hook.tool is HookTool.HELM:
+                events = ", ".join(hook.events) or "no known event"
+                why, skip = (
+                    f"Helm {events} hook ({HELM_HOOK}): not applied by this sync ({left.why})",
+                    SkipReason.HELM_HOOK,
+                )
             ap.run.result.results.append(
-                ApplyResult(left.ordered.key, Outcome.SKIPPED, message=why, skip=SkipReason.HOOK)
+                ApplyResult(left.ordered.key, Outcome.SKIPPED, message=why, skip=skip)
             )
 
     def _start_hooks(
@@ -224,6 +245,7 @@ class AppWrites(ClusterPipeline):
         """The app's sync failed: said, and its ``SyncFail`` hooks created (once per sync)."""
         run = ap.run
         run.end_failed(failure)
+        self._installing.discard(run.name)  # its retry is an upgrade once it has a parent, as in Helm
         log.error("sync failed", app=run.name, error=failure.message)
         mark = self._hook_mark(ap)
         if mark is None or not ap.order.on_fail:

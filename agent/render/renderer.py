@@ -100,6 +100,11 @@ class RenderSpec:
     #: Outside the checkout: a repository's chart; the Git chart with its dependencies (source.chart_deps).
     chart_dir: Path | None = None
     chart_built: Path | None = None
+    #: Charts rendered for a later revision of a release (``helm template --is-upgrade``:
+    #: ``.Release.IsUpgrade`` true), not its first install; what ``SyncKind`` the sync is.
+    is_upgrade: bool = False
+    #: Charts rendered with their ``test`` hooks (``gitops-agent test``); a sync never renders them.
+    tests: bool = False
 
 
 class _Render:
@@ -333,6 +338,8 @@ class _Render:
             values_json=settings.values if settings and configured else "",
             kube_version=caps.kube_version if caps else "",
             api_versions=caps.api_versions if caps else (),
+            is_upgrade=self.spec.is_upgrade,
+            tests=self.spec.tests,
             timeout=self.spec.timeout,
             max_output=self.spec.max_output_bytes,
             runner=self.runner,
@@ -471,6 +478,8 @@ class RenderCache:
             spec.helm,
             spec.chart_dir,
             spec.chart_built,
+            spec.is_upgrade,
+            spec.tests,
             spec.max_file_bytes,
             spec.max_output_bytes,
             spec.memory,

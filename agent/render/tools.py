@@ -506,15 +506,22 @@ def helm_template(
     kube_version: str = "",
     api_versions: Sequence[str] = (),
     values_json: str = "",
+    is_upgrade: bool = False,
+    tests: bool = False,
 ) -> ToolOutput:
     """``helm template`` of a chart directory with the given values files, offline.
+
+    ``is_upgrade``: rendered as a later revision of the release (``.Release.IsUpgrade``), not
+    its first install. ``tests``: with the chart's ``test`` hooks (else ``--skip-tests``).
 
     ``kube_version`` and ``api_versions`` are the cluster's (``.Capabilities``): without them
     Helm assumes its own built-in version and API list, not the cluster's. ``values_json``: the
     app's `[helm.values]` table, given after the files (JSON is YAML).
     """
     rel = chart.relative_to(tree).as_posix()
-    argv = [str(helm), "template", release, str(chart), "--include-crds", "--skip-tests"]
+    argv = [str(helm), "template", release, str(chart), "--include-crds"]
+    argv += [] if tests else ["--skip-tests"]
+    argv += ["--is-upgrade"] if is_upgrade else []
     if namespace:
         argv += ["--namespace", namespace]
     if kube_version:

@@ -12,7 +12,9 @@ hook: created, never a member (docs/ordering.md).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -20,11 +22,22 @@ from click.testing import CliRunner
 from agent.cli.diff import diff
 from agent.cli.main import main
 from agent.config.types import DEFAULT_CONFLICT_RULES
-from agent.model import Action, DesiredObject, Outcome, Provenance, SkipReason
+from agent.dev.process import LocalCluster
+from agent.kube.client import KubeClient
+from agent.model import (
+    Action,
+    ClusterResult,
+    DesiredObject,
+    FailureReason,
+    Outcome,
+    PassState,
+    Provenance,
+    SkipReason,
+)
 from agent.plan.hooks import deferred_hook
 from agent.plan.planner import PlanOptions, plan
 from tests.agentkit import E2E, make_repo, write_config
-from tests.clusters import ClusterPool, kubectl
+from tests.clusters import ClusterPool, TestNamespace, kubectl
 
 CHART = "apiVersion: v2\nname: guard\nversion: 0.1.0\n"
 
@@ -155,3 +168,119 @@ def test_helm_delete_hook_a_charts_pre_delete_job_is_never_applied_nor_tracked_a
     assert row[2:7] == ["0", "2", "0", "0", "0"]  # APPLIED UNCHANGED YIELDED PRUNED FAILED (no hook runs)
     after = kubectl(a.kubeconfig, "get", "job,configmap", "-n", ns, "-o", "name")
     assert "job.batch/scale-to-zero" not in after and "configmap/rolled-back" not in after
+
+
+# -- Helm install and upgrade hooks in the pass, on simulated Pods (docs/ordering.md) --------------
+
+SETTLE_SECONDS = 90.0
+
+
+def helm_job(name: str, hook: str, *, image: str = "registry.example.com/task:1", extra: str = "") -> str:
+    """A hook Job of the chart (``{{ .Values.ns }}``); an image ending ``:fail`` fails its Pod."""
+    return (
+        "apiVersion: batch/v1\nkind: Job\n"
+        f"metadata:\n  name: {name}\n  namespace: {{{{ .Values.ns }}}}\n"
+        f"  annotations:\n    helm.sh/hook: {hook}\n{extra}"
+        "spec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n"
+        f"      containers:\n        - name: main\n          image: {image}\n"
+    )
+
+
+def release_chart(
+    ns: str, version: str, *, migrate_image: str = "registry.example.com/migrate:1"
+) -> dict[str, str]:
+    """A chart whose ConfigMap says ``.Release.IsUpgrade``, with install, upgrade and test hooks."""
+    base = "clusters/pods/release"
+    weight = "    helm.sh/hook-weight: '-1'\n"
+    succeeded = "    helm.sh/hook-delete-policy: hook-succeeded\n"
+    release = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release\n  namespace: {{ .Values.ns }}\n"
+        'data:\n  upgrade: "{{ .Release.IsUpgrade }}"\n  version: "{{ .Values.version }}"\n'
+    )
+    return {
+        f"{base}/Chart.yaml": "apiVersion: v2\nname: release\nversion: 0.1.0\n",
+        f"{base}/values.yaml": f"ns: {ns}\nversion: '{version}'\n",
+        f"{base}/templates/release.yaml": release,
+        f"{base}/templates/setup.yaml": helm_job("setup", "pre-install", extra=weight),
+        f"{base}/templates/migrate.yaml": helm_job("migrate", "pre-upgrade", image=migrate_image),
+        f"{base}/templates/smoke.yaml": helm_job("smoke", "post-install,post-upgrade", extra=succeeded),
+        f"{base}/templates/tests/check.yaml": helm_job("check", "test"),
+    }
+
+
+def settle(agent: Any, cluster: str = "pods") -> tuple[ClusterResult, list[str]]:
+    """Passes until the app's sync no longer waits on a step (as the scheduler runs them): the
+    last pass's result, and what the passes created, in order."""
+    deadline, created = time.monotonic() + SETTLE_SECONDS, []
+    while True:
+        r: ClusterResult = agent.reconcile()[cluster]
+        created += [x.key.name for x in r.results if x.outcome is Outcome.CREATED]
+        if r.state is not PassState.SYNCING or time.monotonic() > deadline:
+            return r, created
+        time.sleep(0.5)
+
+
+def items(client: KubeClient, ns: str, resource: str) -> dict[str, dict[str, Any]]:
+    group = "/api/v1" if resource in ("configmaps", "services") else "/apis/batch/v1"
+    if resource == "replicasets":
+        group = "/apis/apps/v1"
+    listed = client.request("GET", f"{group}/namespaces/{ns}/{resource}")["items"]
+    return {i["metadata"]["name"]: i for i in listed if i["metadata"]["name"] != "kube-root-ca.crt"}
+
+
+@pytest.mark.cluster
+def test_helm_hooks_install_hooks_run_at_the_first_install_upgrade_hooks_on_a_later_revision_never_twice(
+    tmp_path: Path, pods_cluster: LocalCluster, pods_namespace: TestNamespace, e2e: E2E
+) -> None:
+    ns = pods_namespace.name
+    repo = make_repo(tmp_path, release_chart(ns, "1"))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pods": pods_cluster}))
+    client = agent.fleet.reconcilers["pods"].client
+
+    # The first install: pre-install, then the chart's objects (rendered as an install), then
+    # post-install (deleted once it succeeded); no upgrade hook, no test hook.
+    r, created = settle(agent)
+    assert r.ok, (r.state, r.error, r.results)
+    jobs = items(client, ns, "jobs")
+    assert set(jobs) == {"setup"}, jobs  # smoke: hook-succeeded
+    assert items(client, ns, "configmaps")["release"]["data"] == {"upgrade": "false", "version": "1"}
+    assert {k.name for k in agent.tracked("pods")} == {"release"}  # hooks are never members
+    skipped = {x.key.name: x for x in r.results if x.outcome is Outcome.SKIPPED}
+    assert skipped["migrate"].skip is SkipReason.HELM_HOOK and "other-sync" in skipped["migrate"].message
+    assert created.index("setup") < created.index("release") < created.index("smoke"), created
+
+    # The same revision again (the install's hooks ran): no hook at all, reads only.
+    r = agent.reconcile()["pods"]
+    assert r.ok and not any(x.outcome is Outcome.CREATED for x in r.results), r.results
+    assert items(client, ns, "jobs")["setup"]["metadata"]["uid"] == jobs["setup"]["metadata"]["uid"]
+
+    # A later revision is an upgrade: pre-upgrade and post-upgrade run, the chart says IsUpgrade.
+    repo.commit(release_chart(ns, "2"))
+    r, created = settle(agent)
+    assert created == ["migrate", "smoke"], created
+    assert r.ok, (r.state, r.error, r.results)
+    jobs_after = items(client, ns, "jobs")
+    assert set(jobs_after) == {"setup", "migrate"} and jobs_after["migrate"]["status"].get("succeeded") == 1
+    assert jobs_after["setup"]["metadata"]["uid"] == jobs["setup"]["metadata"]["uid"]  # not run again
+    assert items(client, ns, "configmaps")["release"]["data"] == {"upgrade": "true", "version": "2"}
+    assert {k.name for k in agent.tracked("pods")} == {"release"}
+    r = agent.reconcile()["pods"]
+    assert r.ok and not any(x.outcome is Outcome.CREATED for x in r.results), r.results
+
+
+@pytest.mark.cluster
+def test_helm_hooks_a_failing_pre_upgrade_hook_applies_nothing_else_and_fails_the_app_with_reason_hook(
+    tmp_path: Path, pods_cluster: LocalCluster, pods_namespace: TestNamespace, e2e: E2E
+) -> None:
+    ns = pods_namespace.name
+    repo = make_repo(tmp_path, release_chart(ns, "1"))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pods": pods_cluster}, defaults='health_debounce = "0s"'))
+    client = agent.fleet.reconcilers["pods"].client
+    assert settle(agent)[0].ok
+
+    repo.commit(release_chart(ns, "2", migrate_image="registry.example.com/migrate:fail"))
+    r, _ = settle(agent)
+    assert r.failure is not None and r.failure.reason is FailureReason.HOOK, (r.state, r.error, r.results)
+    assert f"hook Job.batch/{ns}/migrate" in r.failure.message, r.failure.message
+    assert items(client, ns, "configmaps")["release"]["data"]["version"] == "1"  # nothing else applied
+    assert set(items(client, ns, "jobs")) == {"setup", "migrate"}  # no post-upgrade hook either

@@ -284,3 +284,52 @@ def test_helm_hooks_a_failing_pre_upgrade_hook_applies_nothing_else_and_fails_th
     assert f"hook Job.batch/{ns}/migrate" in r.failure.message, r.failure.message
     assert items(client, ns, "configmaps")["release"]["data"]["version"] == "1"  # nothing else applied
     assert set(items(client, ns, "jobs")) == {"setup", "migrate"}  # no post-upgrade hook either
+
+
+ARGOCD_EXAMPLES = Path(__file__).parent / "fixtures" / "argocd-example-apps"
+
+
+@pytest.mark.cluster
+def test_helm_hooks_argo_cds_helm_hooks_example_runs_in_helms_order_once(
+    tmp_path: Path, pods_cluster: LocalCluster, pods_namespace: TestNamespace, e2e: E2E
+) -> None:
+    """Argo CD's helm-hooks example, plain YAML with ``helm.sh/hook`` annotations: pre-install by
+    weight (the ``generateName`` Job by a POST, then ``maint-page-up``), the ReplicaSet and Service,
+    then post-install ``maint-page-down``; the order read from the server; a second pass runs none."""
+    ns = pods_namespace.name
+    example = (ARGOCD_EXAMPLES / "helm-hooks" / "manifests.yaml").read_text()
+    repo = make_repo(tmp_path, {"clusters/pods/manifests.yaml": example})
+    config = write_config(tmp_path, repo, {"pods": pods_cluster}, cluster_extra=f'default_namespace = "{ns}"')
+    agent = e2e.agent(config)
+    client = agent.fleet.reconcilers["pods"].client
+
+    r, created = settle(agent)
+    assert r.ok, (r.state, r.error, r.results)
+    jobs = items(client, ns, "jobs")
+    (schema,) = [n for n in jobs if n.startswith("upgrade-sql-schema")]  # named by the server
+    assert set(jobs) == {schema, "maint-page-up", "maint-page-down"}
+    assert created == [schema, "maint-page-up", "frontend", "frontend", "maint-page-down"], created
+
+    # From the server: each step created only once the one before was through.
+    frontend = items(client, ns, "replicasets")["frontend"]
+    service = items(client, ns, "services")["frontend"]
+
+    def made(obj: dict[str, Any]) -> str:
+        return str(obj["metadata"]["creationTimestamp"])
+
+    def done(job: dict[str, Any]) -> str:
+        return str(job["status"]["completionTime"])
+
+    assert done(jobs[schema]) <= made(jobs["maint-page-up"])
+    assert done(jobs["maint-page-up"]) <= made(frontend) <= made(jobs["maint-page-down"])
+    assert done(jobs["maint-page-up"]) <= made(service) <= made(jobs["maint-page-down"])
+    assert {k.name for k in agent.tracked("pods")} == {"frontend"}  # the ReplicaSet and Service only
+    assert {k.kind for k in agent.tracked("pods")} == {"ReplicaSet", "Service"}
+
+    # A second pass at the same revision runs no hook and creates nothing.
+    r = agent.reconcile()["pods"]
+    assert r.ok and not any(x.outcome is Outcome.CREATED for x in r.results), r.results
+    after = items(client, ns, "jobs")
+    assert {n: j["metadata"]["uid"] for n, j in after.items()} == {
+        n: j["metadata"]["uid"] for n, j in jobs.items()
+    }

@@ -189,7 +189,7 @@ def sync_order(objects: Iterable[DesiredObject], kind: SyncKind, *, helm_hooks: 
     ordering annotations cannot be read (nothing of the app is applied then: fail closed).
 
     ``helm_hooks=False``: Helm's hook annotations are not read (each such object an ordinary one
-    in its wave), as the pass applies them until Helm hooks run with Helm's semantics."""
+    in its wave); the pass and ``diff`` read them (docs/ordering.md)."""
     reader = _Reader(kind, helm_hooks=helm_hooks)
     by_stage: dict[Stage, list[Ordered]] = {s: [] for s in Stage}
     left: list[Left] = []

@@ -565,12 +565,12 @@ def decode_bytes(data: bytes, origin: Origin) -> tuple[str | None, RenderProblem
 
 
 def _generated_hook(meta: dict[str, Any]) -> bool:
-    """An Argo CD hook named by ``generateName``: the server names each run of it."""
+    """An Argo CD or Helm hook named by ``generateName``: the server names each run of it."""
     annotations = meta.get("annotations")
     generate = meta.get("generateName")
     return (
         isinstance(annotations, dict)
-        and isinstance(annotations.get("argocd.argoproj.io/hook"), str)
+        and any(isinstance(annotations.get(a), str) for a in ("argocd.argoproj.io/hook", "helm.sh/hook"))
         and isinstance(generate, str)
         and bool(generate)
         and not any(c in generate for c in _NAME_FORBIDDEN)

@@ -159,7 +159,7 @@ def compare_app(
     except AgentError as e:
         return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     try:  # the sync's steps, read as the pass reads them (a wave that is not an integer fails it)
-        order = sync_order(after.objects, SyncKind.UPGRADE, helm_hooks=False)
+        order = sync_order(after.objects, SyncKind.UPGRADE)
     except AgentError as e:
         return Preview(AppReport(app.name, error=f"head revision {head.short}: {e}"))
     old = {o.key: o for o in before.objects}

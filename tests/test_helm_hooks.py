@@ -333,3 +333,35 @@ def test_helm_hooks_argo_cds_helm_hooks_example_runs_in_helms_order_once(
     assert {n: j["metadata"]["uid"] for n, j in after.items()} == {
         n: j["metadata"]["uid"] for n, j in jobs.items()
     }
+
+
+@pytest.mark.cluster
+def test_helm_hooks_gitops_agent_test_runs_the_apps_test_hooks_alone_and_exits_by_their_result(
+    tmp_path: Path, pods_cluster: LocalCluster, pods_namespace: TestNamespace, e2e: E2E
+) -> None:
+    ns = pods_namespace.name
+    repo = make_repo(tmp_path, release_chart(ns, "1"))
+    agent = e2e.agent(write_config(tmp_path, repo, {"pods": pods_cluster}))
+    client = agent.fleet.reconcilers["pods"].client
+    args = ["test", "--config", agent.config.file, "--cluster", "pods"]
+
+    # Not installed yet: nothing created, exit 1.
+    early = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert early.exit_code == 1 and "not installed" in early.stderr, early.output
+    assert settle(agent)[0].ok
+    assert "check" not in items(client, ns, "jobs")  # a sync never runs a test hook
+
+    passed = CliRunner().invoke(main, [*args, "-o", "json"], catch_exceptions=False)
+    assert passed.exit_code == 0, passed.output
+    doc = json.loads(passed.stdout)
+    assert doc["ok"] and [t["object"] for t in doc["tests"]] == [f"Job.batch/{ns}/check"], doc
+    assert doc["tests"][0]["result"] == "passed"
+    assert "check" not in {k.name for k in agent.tracked("pods")}  # never a member
+
+    failing = release_chart(ns, "1")
+    failing["clusters/pods/release/templates/tests/check.yaml"] = helm_job(
+        "check", "test", image="registry.example.com/check:fail"
+    )
+    repo.commit(failing)
+    failed = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert failed.exit_code == 1 and f"failed  Job.batch/{ns}/check: Failed" in failed.stdout, failed.output

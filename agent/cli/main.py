@@ -392,6 +392,7 @@ def demo(state_dir: str, keep: bool) -> None:
 from agent.cli.completion import completion  # noqa: E402 (registered after `main` exists)
 from agent.cli.diff import diff  # noqa: E402
 from agent.cli.events import events  # noqa: E402
+from agent.cli.helmtest import helm_test  # noqa: E402
 from agent.cli.history import history, rollback  # noqa: E402
 from agent.cli.importer import import_command  # noqa: E402
 from agent.cli.ops import resume, status, suspend, sync  # noqa: E402
@@ -413,6 +414,7 @@ for _command in (
     tree,
     wait,
     import_command,
+    helm_test,
 ):
     main.add_command(_command)
 

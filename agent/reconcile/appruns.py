@@ -32,6 +32,7 @@ from agent.model import (
     WindowHold,
 )
 from agent.plan import masking
+from agent.plan.ordering import sync_order
 from agent.plan.planner import PlanOptions
 from agent.reconcile.live import LiveState
 
@@ -216,6 +217,16 @@ class AppRun:
         ):
             raise RuntimeError(f"app {self.name!r} reached PLANNED without what planning sets")
         return Ready(store, inventory, desired, options, revision, desired_set)
+
+    def split_hooks(self) -> None:
+        """Its sync's order for its kind, and its hooks (and what its sync never applies) out of
+        its objects: Argo CD's and Helm's, each with its tool's semantics (docs/ordering.md)."""
+        assert self.desired is not None
+        self.order = sync_order(self.desired, self.kind)
+        apart = {o.key for s in (*self.order.steps, *self.order.on_fail) for o in s.objects if o.hook}
+        apart |= {x.ordered.key for x in self.order.left_out}
+        self.hooks = {o.key: o for o in self.desired if o.key in apart}
+        self.desired = [o for o in self.desired if o.key not in apart]
 
     def secret_values(self) -> set[str]:
         """The values its objects hold secret (Secrets', decrypted ones): masked in every output."""

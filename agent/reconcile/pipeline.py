@@ -52,7 +52,7 @@ from agent.model import (
     SyncKind,
     SyncOrder,
 )
-from agent.plan.ordering import live_wave, sync_order
+from agent.plan.ordering import live_wave
 from agent.plan.planner import expected_object, request_body, whole_body
 from agent.reconcile import namespaces, pins
 from agent.reconcile.appruns import AppRun, Phase, Ready, Shared
@@ -362,7 +362,7 @@ class ClusterPipeline(ClusterStages):
                 run.desired_set, run.store.id, default_namespace=namespaces.target_namespace(run.app)
             )
             self._check_scope(run)
-            self._split_hooks(run)
+            run.split_hooks()
             self.load_schema(run.desired)
         except RenderError as e:
             run.desired = None
@@ -372,30 +372,18 @@ class ClusterPipeline(ClusterStages):
             run.reach(Phase.PREPARED)
 
     def _render_for_kind(self, run: AppRun) -> None:
-        """The app's sync kind from its parent: an install while it has none (or its first
-        install is under way), else an upgrade; a chart rendered for the other kind is rendered
-        again (``helm template --is-upgrade`` or not), so ``.Release.IsUpgrade`` says the truth."""
+        """An install while the app has no parent (or its first install is under way), else an
+        upgrade; a chart rendered for the other kind is rendered again (``--is-upgrade`` or not)."""
         assert run.inventory is not None and run.desired_set is not None and run.revision is not None
         installing = not run.inventory.exists or run.name in self._installing
         run.kind = SyncKind.INSTALL if installing else SyncKind.UPGRADE
         rendered = self._sync_kinds.get(run.name, SyncKind.UPGRADE)
         self._sync_kinds[run.name] = run.kind
         if rendered is not run.kind and run.desired_set.capabilities is not None:  # a chart was rendered
-            upgrade = run.kind is SyncKind.UPGRADE
             try:
-                run.desired_set = self.render_app(run.app, run.revision, upgrade=upgrade)
+                run.desired_set = self.render_app(run.app, run.revision, upgrade=run.kind is SyncKind.UPGRADE)
             except RenderError as e:
                 raise RenderError(e.problems, cluster=self.cluster.name, app=run.name) from e
-
-    def _split_hooks(self, run: AppRun) -> None:
-        """Its sync's order, and its hooks (and what its sync never applies) out of its objects:
-        Helm's with Helm's semantics for the app's sync kind (docs/ordering.md)."""
-        assert run.desired is not None
-        run.order = sync_order(run.desired, run.kind)
-        apart = {o.key for s in (*run.order.steps, *run.order.on_fail) for o in s.objects if o.hook}
-        apart |= {x.ordered.key for x in run.order.left_out}
-        run.hooks = {o.key: o for o in run.desired if o.key in apart}
-        run.desired = [o for o in run.desired if o.key not in apart]
 
     def _check_scope(self, run: AppRun) -> None:
         """An app declaring objects outside its scope fails closed, before any request for it.

@@ -1,23 +1,21 @@
 """Render: a cluster's desired objects from a checked-out revision, failing closed.
 
-Called by ``reconcile`` (through ``RenderCache``) and by ``gitops-agent
-render``. Input: the root of a checkout and a ``RenderSpec``; output: a
-``DesiredSet`` in a stable order, or a ``RenderError`` carrying *every*
-problem found -- never a partial set (docs/safety.md rule 2).
+Called by ``reconcile`` (through ``RenderCache``) and by ``gitops-agent render``. Input: the
+root of a checkout and a ``RenderSpec``; output: a ``DesiredSet`` in a stable order, or a
+``RenderError`` carrying *every* problem found -- never a partial set (docs/safety.md rule 2).
 
 What each configured path (repository-relative) may be:
 
-* a directory with ``kustomization.yaml`` / ``kustomization.yml`` /
-  ``Kustomization``: built by ``agent.render.kustomize`` (the pinned kustomize API in a
-  sandbox); it may read files anywhere inside the repository, never outside it or remote;
-* a directory with ``Chart.yaml``: rendered with the pinned ``helm template``
-  (the chart named by ``RenderSpec.helm`` uses its release name, namespace
-  and values files; any other chart uses release name = cluster name);
-* any other directory: plain manifests. ``*.yaml``, ``*.yml`` and ``*.json``
-  files are read recursively in code-point order of their names;
-  sub-directories that hold a kustomization or a chart are rendered as such
-  (as Flux does) instead of being descended into. Names starting with ``.``
-  (``.git``, ``.github``) are skipped, other extensions are ignored;
+* a directory with ``kustomization.yaml`` / ``kustomization.yml`` / ``Kustomization``: built
+  by ``agent.render.kustomize`` (the pinned kustomize API in a sandbox); it may read files
+  anywhere inside the repository, never outside it or remote;
+* a directory with ``Chart.yaml``: rendered with the pinned ``helm template`` (the chart named
+  by ``RenderSpec.helm`` uses its release name, namespace and values files; any other chart
+  uses release name = cluster name; ``--is-upgrade`` for a release's later revision);
+* any other directory: plain manifests. ``*.yaml``, ``*.yml`` and ``*.json`` files are read
+  recursively in code-point order of their names; sub-directories that hold a kustomization
+  or a chart are rendered as such (as Flux does) instead of being descended into. Names
+  starting with ``.`` (``.git``, ``.github``) are skipped, other extensions are ignored;
 * a single manifest file.
 
 Exclusions, gitignore-like (``agent.render.ignore``): ``.gitops-agent-ignore`` files
@@ -34,10 +32,10 @@ files, in kustomize/helm output and in the files kustomize generators read, is d
 in memory with ``RenderSpec.keys`` (``agent.render.sops``); a file that does not decrypt
 is a problem like any other, so the render fails closed.
 
-Identity: two objects with the same (group, kind, namespace, name) are an
-error naming both places. Namespaces are compared as written: render never
-invents one (the apply stage defaults them), so an object without a namespace
-and one with the default namespace are not reported here.
+Identity: two objects with the same (group, kind, namespace, name) are an error naming both
+places. Namespaces are compared as written: render never invents one (the apply stage
+defaults them), so an object without a namespace and one with the default namespace are not
+reported here.
 """
 
 from __future__ import annotations
@@ -100,10 +98,8 @@ class RenderSpec:
     #: Outside the checkout: a repository's chart; the Git chart with its dependencies (source.chart_deps).
     chart_dir: Path | None = None
     chart_built: Path | None = None
-    #: Charts rendered for a later revision of a release (``helm template --is-upgrade``:
-    #: ``.Release.IsUpgrade`` true), not its first install; what ``SyncKind`` the sync is.
+    #: Charts as a release's later revision (``--is-upgrade``), not its first install; with tests.
     is_upgrade: bool = False
-    #: Charts rendered with their ``test`` hooks (``gitops-agent test``); a sync never renders them.
     tests: bool = False
 
 
@@ -410,13 +406,8 @@ def dump_stream(ds: DesiredSet) -> str:
     """The set as one YAML stream: documents in render order, keys sorted, a source comment each."""
     parts = []
     for obj in ds.objects:
-        body = yaml.dump(
-            obj.manifest,
-            Dumper=yaml.SafeDumper,
-            sort_keys=True,
-            default_flow_style=False,
-            allow_unicode=True,
-            width=1 << 30,
+        body = yaml.safe_dump(
+            obj.manifest, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1 << 30
         )
         parts.append(f"---\n# Source: {obj.provenance}\n{body}")
     return "".join(parts)
@@ -440,20 +431,19 @@ class _Entry:
 class RenderCache:
     """Successful renders of a known revision, shared by clusters that render the same thing.
 
-    ``Fleet`` gives one cache to all its reconcilers. The key is the revision and
-    everything of the spec that changes the output (paths, vars, exclude, helm,
-    limits) -- not the cluster's name, unless the render used it (a Helm release
-    named after the cluster): then the entry is the cluster's own. Sharing means
-    3 clusters serving the same paths render, and hold, one tree; each gets its
-    own cheap ``DesiredSet`` over the same objects, which nothing downstream
-    writes to (``ClusterReconciler.prepare`` copies metadata, the planner copies
-    bodies; ``test_render_shared_between_clusters_is_never_mutated``).
+    ``Fleet`` gives one cache to all its reconcilers. The key is the revision and everything of
+    the spec that changes the output (paths, vars, exclude, helm, limits) -- not the cluster's
+    name, unless the render used it (a Helm release named after the cluster): then the entry is
+    the cluster's own. Sharing means 3 clusters serving the same paths render, and hold, one
+    tree; each gets its own cheap ``DesiredSet`` over the same objects, which nothing downstream
+    writes to (``ClusterReconciler.prepare`` copies metadata, the planner copies bodies;
+    ``test_render_shared_between_clusters_is_never_mutated``).
 
-    Bounded for a daemon that sees many commits: at most ``revisions_per_spec``
-    renders (least recently used first out) per spec, and ``max_entries`` in
-    all. Errors are not kept (a missing binary may be fixed without a new
-    commit), except a child stopped at ``render_memory``: rendering that revision
-    again would only be stopped again. Thread-safe; a missing entry is computed once.
+    Bounded for a daemon that sees many commits: at most ``revisions_per_spec`` renders (least
+    recently used first out) per spec, and ``max_entries`` in all. Errors are not kept (a
+    missing binary may be fixed without a new commit), except a child stopped at
+    ``render_memory``: rendering that revision again would only be stopped again. Thread-safe;
+    a missing entry is computed once.
     """
 
     DEFAULT_ENTRIES = 64
@@ -478,8 +468,7 @@ class RenderCache:
             spec.helm,
             spec.chart_dir,
             spec.chart_built,
-            spec.is_upgrade,
-            spec.tests,
+            (spec.is_upgrade, spec.tests),
             spec.max_file_bytes,
             spec.max_output_bytes,
             spec.memory,

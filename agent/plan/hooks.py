@@ -1,11 +1,11 @@
-"""Helm hooks the agent does not run yet: an object whose ``helm.sh/hook`` names only delete or
-rollback phases (docs/safety.md, "Helm hooks").
+"""Helm hooks no sync runs: an object whose ``helm.sh/hook`` names only delete or rollback
+phases (docs/safety.md, "Helm delete and rollback hooks are not applied").
 
 ``helm template`` prints every hook with the chart's other objects. Applied as ordinary objects,
 a chart's ``pre-delete`` Jobs would run at install: Kyverno's scale Kyverno to zero and delete its
-webhooks. Until hooks run natively (in their phase, in order) such an object is planned as a
-``SKIP`` (``SkipReason.HELM_HOOK``) and never applied nor recorded in the inventory. A hook that
-also names an install or upgrade phase is applied as before. Pure; read by ``planner``.
+webhooks. The pass takes every Helm hook out of the app's objects (``plan.ordering``), so only
+the planner's callers that plan every object (the offline diff) meet one here: planned as a
+``SKIP`` (``SkipReason.HELM_HOOK``), never applied nor recorded in the inventory. Pure.
 """
 
 from __future__ import annotations
@@ -33,4 +33,4 @@ def deferred_hook(manifest: Manifest) -> tuple[str, ...]:
 
 def skip_reason(phases: tuple[str, ...]) -> str:
     """The words the run table, reports and ``/status`` show for such a hook."""
-    return f"Helm {', '.join(phases)} hook ({HELM_HOOK}): not applied until hooks run natively"
+    return f"Helm {', '.join(phases)} hook ({HELM_HOOK}): never applied by a sync"

@@ -115,8 +115,8 @@ class AppWrites(ClusterPipeline):
                     ap, client, Failure(reason, f"{message}; later waves and the prune were not done")
                 )
                 return False
-            if index == len(steps) and not hooks:
-                break
+            if (index == len(steps) or _before_helm_post(steps, index)) and not hooks:
+                continue
             if not self._through(ap, client, step, index, len(steps), done, hooks):
                 return False
         if not widened:
@@ -324,6 +324,22 @@ class AppWrites(ClusterPipeline):
         pruned = ap.prune(client)
         values = ap.run.secret_values()
         result.results.extend(masking.scrub_result(r, values, sensitive=False) for r in pruned)
+
+
+def _before_helm_post(steps: tuple[Step, ...], index: int) -> bool:
+    """Whether step ``index`` (from 1) is the app's last objects and only Helm post hooks follow:
+    ``helm install`` and ``helm upgrade`` (without ``--wait``) run those once the objects are
+    created, not once they are healthy (a LoadBalancer Service may never get an address)."""
+    rest = steps[index:]
+    return (
+        steps[index - 1].stage is Stage.SYNC
+        and bool(rest)
+        and all(
+            s.stage is Stage.POST
+            and all(o.hook is not None and o.hook.tool is HookTool.HELM for o in s.objects)
+            for s in rest
+        )
+    )
 
 
 def _steps(ap: AppPlan, *, due: bool) -> tuple[Step, ...]:

@@ -33,6 +33,9 @@ from agent.model import HOOK_OF, Failure, FailureReason, Health, HealthState, Ob
 from agent.plan.health_tracker import Tracker
 from agent.reconcile.health_read import read
 
+#: A hook Job deleted by its ``ttlSecondsAfterFinished`` once it finished (Helm watches it finish;
+#: a pass reads too late to see it): taken as done.
+_DONE = Health(HealthState.CURRENT, "deleted after it finished (ttlSecondsAfterFinished)", reason="Finished")
 #: Healthy enough for the next wave.
 _THROUGH = frozenset({HealthState.CURRENT, HealthState.SUSPENDED})
 
@@ -117,9 +120,11 @@ class Waves:
         hooks: Sequence[ObjectKey] = (),
         checks: Sequence[HealthCheck] = (),
         namespaced: set[tuple[str, str]] | None = None,
+        gone_when_done: Set[ObjectKey] = frozenset(),
     ) -> Look:
         """Read ``keys`` (the wave's objects the app applied) and ``hooks`` (its hook objects, by
-        their names in the cluster) once; what the wait makes of them."""
+        their names in the cluster) once; what the wait makes of them. ``gone_when_done``: hooks
+        deleted once they finished (a Job's ``ttlSecondsAfterFinished``): not found is through."""
         name, settings = at.app.name, at.app.settings
         step = (at.step.stage.value, at.step.wave)
         with self._lock:
@@ -134,14 +139,13 @@ class Waves:
                 track = self._tracks[name] = _Track(at.revision, step, tracker)
         reading = read(client, at.membership, keys, checks=checks, namespaced=namespaced)
         if hooks:
+            selector = f"{HOOK_OF}={at.membership}"
             of_hooks = read(
-                client,
-                at.membership,
-                hooks,
-                checks=checks,
-                namespaced=namespaced,
-                selector=f"{HOOK_OF}={at.membership}",
+                client, at.membership, hooks, checks=checks, namespaced=namespaced, selector=selector
             )
+            for key in gone_when_done:
+                if of_hooks.healths.get(key, _DONE).state is HealthState.NOT_FOUND:
+                    of_hooks.healths[key] = _DONE
             reading.healths.update(of_hooks.healths)
             reading.excluded |= of_hooks.excluded
             reading.requests += of_hooks.requests

@@ -96,6 +96,7 @@ class AppWrites(ClusterPipeline):
         widened = False
         for index, step in enumerate(steps, 1):
             if step.stage is not Stage.PRE and not widened:
+                self._phase_through(ap, client, steps, Stage.PRE, mark)
                 self._widen(ap)
                 widened = True
             keys = {o.key for o in step.objects if o.hook is None}
@@ -121,6 +122,7 @@ class AppWrites(ClusterPipeline):
                 return False
         if not widened:
             self._widen(ap)
+        self._phase_through(ap, client, steps, Stage.POST, mark)
         self._hooks_ran(ap, mark)
         self._installing.discard(run.name)
         return True
@@ -209,6 +211,7 @@ class AppWrites(ClusterPipeline):
             hooks=sorted(hooks.values()),
             checks=run.app.health_checks,
             namespaced=self._namespaced_lists.setdefault(run.identity, set()),
+            gone_when_done={v for k, v in hooks.items() if _ttl_job(ap.hooks[k].manifest)},
         )
         if look.gate is Gate.WAITING and look.wait is not None:
             run.end_syncing(look.wait)
@@ -232,13 +235,35 @@ class AppWrites(ClusterPipeline):
         hooks: dict[ObjectKey, ObjectKey],
         policy: DeletePolicy,
     ) -> None:
-        """Delete the step's hook objects whose delete policy is ``policy``."""
+        """Delete the step's hook objects whose delete policy is ``policy`` (Helm's succeeded
+        ones wait for their whole phase: ``_phase_through``)."""
         gone = [
             (hooks[o.key], ap.hooks[o.key].api_version)
             for o in step.objects
             if o.hook is not None and o.hook.deletes_on(policy) and o.key in hooks
+            if not (policy is DeletePolicy.HOOK_SUCCEEDED and o.hook.tool is HookTool.HELM)
         ]
         for error in hook_runs.delete(client, gone):
+            log.warning("hook not deleted", app=ap.run.name, error=error)
+
+    def _phase_through(
+        self, ap: AppPlan, client: KubeClient, steps: tuple[Step, ...], stage: Stage, mark: str | None
+    ) -> None:
+        """Every hook of ``stage`` succeeded: its Helm ``hook-succeeded`` hooks deleted, the last
+        created first, as Helm does once all hooks of an event succeeded (so a ServiceAccount of
+        weight -5 outlives the Job of weight 1 that runs as it)."""
+        if mark is None:
+            return
+        created = self.hook_runs.sync(ap.run.name, mark).created
+        gone = [
+            (created[i][o.key], ap.hooks[o.key].api_version)
+            for i, step in enumerate(steps, 1)
+            if step.stage is stage
+            for o in step.objects
+            if o.hook is not None and o.hook.tool is HookTool.HELM and o.key in created.get(i, {})
+            if o.hook.deletes_on(DeletePolicy.HOOK_SUCCEEDED)
+        ]
+        for error in hook_runs.delete(client, reversed(gone)):
             log.warning("hook not deleted", app=ap.run.name, error=error)
 
     def _failed(self, ap: AppPlan, client: KubeClient, failure: Failure) -> None:
@@ -324,6 +349,12 @@ class AppWrites(ClusterPipeline):
         pruned = ap.prune(client)
         values = ap.run.secret_values()
         result.results.extend(masking.scrub_result(r, values, sensitive=False) for r in pruned)
+
+
+def _ttl_job(manifest: Manifest) -> bool:
+    """A Job deleted once it finished (``ttlSecondsAfterFinished``: ingress-nginx's hooks say 0)."""
+    spec = manifest.get("spec")
+    return manifest.get("kind") == "Job" and isinstance(spec, dict) and "ttlSecondsAfterFinished" in spec
 
 
 def _before_helm_post(steps: tuple[Step, ...], index: int) -> bool:

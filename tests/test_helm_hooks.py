@@ -365,3 +365,44 @@ def test_helm_hooks_gitops_agent_test_runs_the_apps_test_hooks_alone_and_exits_b
     repo.commit(failing)
     failed = CliRunner().invoke(main, args, catch_exceptions=False)
     assert failed.exit_code == 1 and f"failed  Job.batch/{ns}/check: Failed" in failed.stdout, failed.output
+
+
+@pytest.mark.cluster
+def test_helm_hooks_succeeded_hooks_go_once_their_phase_succeeded_and_a_ttl_job_gone_counts_as_finished(
+    tmp_path: Path, pods_cluster: LocalCluster, pods_namespace: TestNamespace, e2e: E2E
+) -> None:
+    """As ingress-nginx's and cert-manager's charts: a ServiceAccount hook of weight -5 is still
+    there while the Job of weight 1 that runs as it is created (Helm deletes ``hook-succeeded``
+    hooks once every hook of the phase succeeded), and a Job deleted by its
+    ``ttlSecondsAfterFinished: 0`` before a pass reads it does not hold the sync."""
+    ns = pods_namespace.name
+    succeeded = "    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded\n"
+    account = (
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: checker\n  namespace: {{ .Values.ns }}\n"
+        f"  annotations:\n    helm.sh/hook: pre-install\n    helm.sh/hook-weight: '-5'\n{succeeded}"
+    )
+    job = helm_job("check-api", "pre-install", extra=f"    helm.sh/hook-weight: '1'\n{succeeded}")
+    job = job.replace(
+        "spec:\n  backoffLimit: 0\n", "spec:\n  backoffLimit: 0\n  ttlSecondsAfterFinished: 0\n"
+    )
+    files = release_chart(ns, "1")
+    files["clusters/pods/release/templates/account.yaml"] = account
+    files["clusters/pods/release/templates/check-api.yaml"] = job
+    repo = make_repo(tmp_path, files)
+    agent = e2e.agent(write_config(tmp_path, repo, {"pods": pods_cluster}))
+    client = agent.fleet.reconcilers["pods"].client
+
+    def accounts() -> set[str]:
+        listed = client.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"]
+        return {a["metadata"]["name"] for a in listed}
+
+    r = agent.reconcile()["pods"]
+    while not any(x.key.name == "check-api" for x in r.results) and r.state is PassState.SYNCING:
+        time.sleep(0.5)
+        r = agent.reconcile()["pods"]
+    assert any(x.key.name == "check-api" for x in r.results), (r.state, r.error, r.results)
+    assert "checker" in accounts()  # its Job runs as it: kept until the phase succeeded
+    r, created = settle(agent)
+    assert r.ok and "release" in created, (r.state, r.error, r.results)
+    assert "checker" not in accounts()  # deleted once the phase succeeded
+    assert "check-api" not in items(client, ns, "jobs")

@@ -18,9 +18,10 @@ times, the two alternating which goes first; the ratio is agent / reference of t
 
 Steady pass: one applying pass of every app (``InProcessAgent``, as deployed) on a cluster with
 simulated Pods, the passes that finish the syncs whose Helm hooks run (ingress-nginx's admission
-Jobs, cert-manager's startupapicheck; not timed), then two passes counted at the server (``harness.measure``): objects written (the agent's outcomes), write requests
-the server counted, and every request against kinds + 5, kinds being the distinct kinds the apps
-declare. Two objects are refused by cert-manager's webhook, which has no Pod to answer
+Jobs, cert-manager's startupapicheck; not timed), then two passes counted at the server
+(``harness.measure``): objects written (the agent's outcomes), write requests the server
+counted, and every request against kinds + 5, kinds being the distinct kinds the apps declare.
+Two objects are refused by cert-manager's webhook, whose simulated Pods cannot answer
 (``corpus.WEBHOOK_BLOCKED``): the agent tries them again each pass and records an Event about
 each failure; the requests these cost are counted apart (``refused``), and the target is judged
 with and without them.

@@ -240,7 +240,7 @@ def test_helm_hooks_install_hooks_run_at_the_first_install_upgrade_hooks_on_a_la
     # The first install: pre-install, then the chart's objects (rendered as an install), then
     # post-install (deleted once it succeeded); no upgrade hook, no test hook.
     r, created = settle(agent)
-    assert r.ok, (r.state, r.error, r.results)
+    assert r.state is PassState.OK, (r.state, r.error, r.results)
     jobs = items(client, ns, "jobs")
     assert set(jobs) == {"setup"}, jobs  # smoke: hook-succeeded
     assert items(client, ns, "configmaps")["release"]["data"] == {"upgrade": "false", "version": "1"}
@@ -258,7 +258,7 @@ def test_helm_hooks_install_hooks_run_at_the_first_install_upgrade_hooks_on_a_la
     repo.commit(release_chart(ns, "2"))
     r, created = settle(agent)
     assert created == ["migrate", "smoke"], created
-    assert r.ok, (r.state, r.error, r.results)
+    assert r.state is PassState.OK, (r.state, r.error, r.results)
     jobs_after = items(client, ns, "jobs")
     assert set(jobs_after) == {"setup", "migrate"} and jobs_after["migrate"]["status"].get("succeeded") == 1
     assert jobs_after["setup"]["metadata"]["uid"] == jobs["setup"]["metadata"]["uid"]  # not run again
@@ -276,7 +276,7 @@ def test_helm_hooks_a_failing_pre_upgrade_hook_applies_nothing_else_and_fails_th
     repo = make_repo(tmp_path, release_chart(ns, "1"))
     agent = e2e.agent(write_config(tmp_path, repo, {"pods": pods_cluster}, defaults='health_debounce = "0s"'))
     client = agent.fleet.reconcilers["pods"].client
-    assert settle(agent)[0].ok
+    assert settle(agent)[0].state is PassState.OK
 
     repo.commit(release_chart(ns, "2", migrate_image="registry.example.com/migrate:fail"))
     r, _ = settle(agent)
@@ -304,7 +304,7 @@ def test_helm_hooks_argo_cds_helm_hooks_example_runs_in_helms_order_once(
     client = agent.fleet.reconcilers["pods"].client
 
     r, created = settle(agent)
-    assert r.ok, (r.state, r.error, r.results)
+    assert r.state is PassState.OK, (r.state, r.error, r.results)
     jobs = items(client, ns, "jobs")
     (schema,) = [n for n in jobs if n.startswith("upgrade-sql-schema")]  # named by the server
     assert set(jobs) == {schema, "maint-page-up", "maint-page-down"}
@@ -348,7 +348,7 @@ def test_helm_hooks_gitops_agent_test_runs_the_apps_test_hooks_alone_and_exits_b
     # Not installed yet: nothing created, exit 1.
     early = CliRunner().invoke(main, args, catch_exceptions=False)
     assert early.exit_code == 1 and "not installed" in early.stderr, early.output
-    assert settle(agent)[0].ok
+    assert settle(agent)[0].state is PassState.OK
     assert "check" not in items(client, ns, "jobs")  # a sync never runs a test hook
 
     passed = CliRunner().invoke(main, [*args, "-o", "json"], catch_exceptions=False)
@@ -371,15 +371,18 @@ def test_helm_hooks_gitops_agent_test_runs_the_apps_test_hooks_alone_and_exits_b
 def test_helm_hooks_succeeded_hooks_go_once_their_phase_succeeded_and_a_ttl_job_gone_counts_as_finished(
     tmp_path: Path, pods_cluster: LocalCluster, pods_namespace: TestNamespace, e2e: E2E
 ) -> None:
-    """As ingress-nginx's and cert-manager's charts: a ServiceAccount hook of weight -5 is still
+    """As ingress-nginx's and cert-manager's charts: a ServiceAccount hook of weight 0 is still
     there while the Job of weight 1 that runs as it is created (Helm deletes ``hook-succeeded``
-    hooks once every hook of the phase succeeded), and a Job deleted by its
+    hooks once every hook of the phase succeeded; in both phases, as ingress-nginx's RBAC: the
+    post-install one, beside the post-install Job, is not deleted again by the pre-install
+    phase's end in a later pass), and a Job deleted by its
     ``ttlSecondsAfterFinished: 0`` before a pass reads it does not hold the sync."""
     ns = pods_namespace.name
     succeeded = "    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded\n"
     account = (
         "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: checker\n  namespace: {{ .Values.ns }}\n"
-        f"  annotations:\n    helm.sh/hook: pre-install\n    helm.sh/hook-weight: '-5'\n{succeeded}"
+        "  annotations:\n    helm.sh/hook: pre-install,post-install\n"
+        f"    helm.sh/hook-weight: '0'\n{succeeded}"
     )
     job = helm_job("check-api", "pre-install", extra=f"    helm.sh/hook-weight: '1'\n{succeeded}")
     job = job.replace(
@@ -403,6 +406,6 @@ def test_helm_hooks_succeeded_hooks_go_once_their_phase_succeeded_and_a_ttl_job_
     assert any(x.key.name == "check-api" for x in r.results), (r.state, r.error, r.results)
     assert "checker" in accounts()  # its Job runs as it: kept until the phase succeeded
     r, created = settle(agent)
-    assert r.ok and "release" in created, (r.state, r.error, r.results)
+    assert r.state is PassState.OK and "release" in created, (r.state, r.error, r.results)
     assert "checker" not in accounts()  # deleted once the phase succeeded
     assert "check-api" not in items(client, ns, "jobs")

@@ -63,6 +63,9 @@ class HookSync:
     mark: str
     #: Step index (from 1) → the hook's key in Git → its key in the cluster.
     created: dict[int, dict[ObjectKey, ObjectKey]] = field(default_factory=dict)
+    #: The phases (``Stage`` values) whose succeeded Helm hooks were deleted: never twice, as a
+    #: later phase may have created a hook of the same name again.
+    through: set[str] = field(default_factory=set)
 
 
 @dataclass

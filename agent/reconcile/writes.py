@@ -252,9 +252,11 @@ class AppWrites(ClusterPipeline):
         """Every hook of ``stage`` succeeded: its Helm ``hook-succeeded`` hooks deleted, the last
         created first, as Helm does once all hooks of an event succeeded (so a ServiceAccount of
         weight -5 outlives the Job of weight 1 that runs as it)."""
-        if mark is None:
+        sync = self.hook_runs.sync(ap.run.name, mark) if mark is not None else None
+        if sync is None or stage.value in sync.through:
             return
-        created = self.hook_runs.sync(ap.run.name, mark).created
+        sync.through.add(stage.value)
+        created = sync.created
         gone = [
             (created[i][o.key], ap.hooks[o.key].api_version)
             for i, step in enumerate(steps, 1)

@@ -11,20 +11,27 @@ Each stack must render as its reference renders it (``helm template``, ``kustomi
 plain files, each read as Kubernetes reads YAML), apply in one pass, and then be quiet: the
 next pass writes nothing, the one after sends no request for unchanged objects, ``diff`` finds
 nothing to do; a realistic change applies only itself and a removal prunes only its object.
-Two objects cannot be created on a cluster whose Pods do not run: cert-manager's webhook
-admits cert-manager.io objects (otel's Certificate and Issuer), and it has no Pod to answer.
-They are named (``WEBHOOK_BLOCKED``), never a reason to leave a stack out.
+Two objects cannot be created: cert-manager's webhook admits cert-manager.io objects (otel's
+Certificate and Issuer), and its Pods are simulated, not processes that answer (the API server's
+traffic into the cluster fails at once, ``agent.dev.process``). They are named
+(``WEBHOOK_BLOCKED``), never a reason to leave a stack out.
 
-A fresh cluster of its own: the stacks install webhooks, an APIService and many CRDs, which
-must not reach the tests that share the pool clusters.
+The charts' Helm hooks run on simulated Pods: ingress-nginx's admission Jobs (pre-install,
+pre-upgrade and post-install, post-upgrade) at the install and again on an upgrade, cert-manager's
+post-install ``startupapicheck`` once; a steady pass runs none.
+
+A fresh cluster of its own, with simulated Pods: the stacks install webhooks, an APIService and
+many CRDs, which must not reach the tests that share the pool clusters.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +42,13 @@ import pytest
 from agent.config.load import load_config
 from agent.config.types import Config
 from agent.dev.process import LocalCluster
-from agent.model import ClusterResult, Outcome
+from agent.model import ClusterResult, Note, Outcome, PassState
 from agent.plan.release import pinned_version
 from benchmarks import corpus
 from benchmarks.corpus import APPS, WEBHOOK_BLOCKED
 from tests.agentkit import E2E, Repo, config_head, make_repo, unique
 from tests.appkit import AppsAgent, counting
+from tests.appkit import members as appkit_members
 from tests.yamlkit import kubernetes_reads
 
 pytestmark = pytest.mark.cluster
@@ -61,7 +69,8 @@ def stacks(tmp_path_factory: pytest.TempPathFactory, cluster_state_dir: Path) ->
     from tests import clusters
 
     tmp = tmp_path_factory.mktemp("corpus")
-    cluster = clusters.start("corpus", cluster_state_dir)
+    clusters.require_control_plane(pods=True)
+    cluster = clusters.start("corpus", cluster_state_dir, pods=True)
     undo = E2E(None)
     try:
         files = corpus.repository_files()
@@ -69,11 +78,39 @@ def stacks(tmp_path_factory: pytest.TempPathFactory, cluster_state_dir: Path) ->
         cfg = _config(tmp, repo, cluster)
         agent = AppsAgent(cfg)
         undo.at_end(agent.close)
-        first = agent.reconcile()
+        first = settle(agent)
         yield Stacks(cluster, repo, files, cfg, agent, first)
     finally:
         undo.teardown()
         clusters.delete("corpus", cluster_state_dir)
+
+
+#: Bound on the passes of one sync whose hooks run (each hook Job completes in about a second).
+SETTLE_SECONDS = 180.0
+
+
+def settle(agent: AppsAgent) -> dict[str, ClusterResult]:
+    """Passes until no app's sync waits on a step (its hooks' Jobs running), as the scheduler
+    runs them: each app's last result, with the results of all those passes."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    seen: dict[str, list[Any]] = {}
+    while True:
+        last = agent.reconcile()
+        for name, res in last.items():
+            seen.setdefault(name, []).extend(res.results)
+        if all(r.state is not PassState.SYNCING for r in last.values()) or time.monotonic() > deadline:
+            return {name: dataclasses.replace(res, results=seen[name]) for name, res in last.items()}
+        time.sleep(0.5)
+
+
+def hooks_created(results: dict[str, ClusterResult], app: str) -> list[str]:
+    """The names of the hook Jobs ``app``'s passes created, in order."""
+    res = results[app].results
+    return [
+        r.key.name
+        for r in res
+        if r.note is Note.HOOK and r.outcome is Outcome.CREATED and r.key.kind == "Job"
+    ]
 
 
 def _repo(tmp: Path, files: dict[str, str]) -> Repo:
@@ -167,7 +204,16 @@ def test_one_pass_applies_every_object_but_those_a_webhook_without_pods_refuses(
     for name, res in results.items():
         assert res.failure is None, (name, res.error)
     created = sum(1 for res in results.values() for r in res.results if r.outcome is Outcome.CREATED)
-    assert created >= 270
+    by_app = {n: sum(r.outcome is Outcome.CREATED for r in res.results) for n, res in results.items()}
+    assert created >= 270, (by_app, {n: hooks_created(results, n) for n in results})
+    # The charts' install hooks ran, in Helm's order, never as members.
+    ingress = hooks_created(results, "ingress-nginx")
+    assert ingress.index("ingress-nginx-admission-create") < ingress.index("ingress-nginx-admission-patch"), (
+        ingress
+    )
+    assert hooks_created(results, "cert-manager").count("cert-manager-startupapicheck") == 1
+    members = {k.name for k in appkit_members(stacks.config, stacks.cluster, "ingress-nginx")}
+    assert "ingress-nginx-admission-create" not in members and "ingress-nginx-controller" in members
 
 
 def test_the_next_passes_write_nothing_and_then_send_nothing_for_unchanged_objects(stacks: Stacks) -> None:
@@ -219,12 +265,16 @@ def test_a_chart_value_change_applies_only_that_change_and_a_removal_prunes_only
     )
     assert files["ingress-nginx-chart/values.yaml"] != stacks.files["ingress-nginx-chart/values.yaml"]
     _commit(stacks.repo, files)
-    results = stacks.agent.reconcile()
+    results = settle(stacks.agent)
+    for name, res in results.items():
+        assert res.failure is None, (name, res.error)
     changed = {
         (r.key.kind, r.key.name, r.outcome)
         for res in results.values()
         for r in res.results
-        if r.outcome not in (Outcome.UNCHANGED, Outcome.SKIPPED) and r.key not in WEBHOOK_BLOCKED
+        if r.outcome not in (Outcome.UNCHANGED, Outcome.SKIPPED)
+        and r.key not in WEBHOOK_BLOCKED
+        and r.note is not Note.HOOK
     }
     # Two replicas: the chart's Deployment changes and the chart adds its PodDisruptionBudget
     # (as `helm template` renders it with that value); nothing else of any stack is written.
@@ -233,3 +283,16 @@ def test_a_chart_value_change_applies_only_that_change_and_a_removal_prunes_only
         ("PodDisruptionBudget", "ingress-nginx-controller", Outcome.CREATED),
         ("ServiceMonitor", "blackbox-exporter", Outcome.PRUNED),
     }, changed
+    # An upgrade: ingress-nginx's admission Jobs run again (their previous objects replaced, never
+    # an immutable field); cert-manager's post-install check is not run again.
+    ingress = hooks_created(results, "ingress-nginx")
+    assert ingress.index("ingress-nginx-admission-create") < ingress.index("ingress-nginx-admission-patch"), (
+        ingress
+    )
+    assert hooks_created(results, "cert-manager") == []
+    # The next pass runs no hook: reads only for the stacks' objects.
+    with counting(stacks.cluster) as steady:
+        again = stacks.agent.reconcile()
+    assert not any(hooks_created(again, name) for name in again), again
+    writes = {k: n for k, n in steady.writes.items() if not k.endswith(("certificates", "issuers", "events"))}
+    assert writes == {}, writes

@@ -218,3 +218,27 @@ def finish_job(client: KubeClient, ns: str, name: str, *, failed: bool = False) 
             ],
         }
     return _merge(client, f"/apis/batch/v1/namespaces/{ns}/jobs/{name}/status", {"status": status})
+
+
+#: A scheduling gate a test puts in a Job's Pod template: the Pod waits unscheduled (so its Job
+#: stays InProgress on simulated Pods) until ``release`` removes the gate.
+HOLD_GATE = "gitops-agent.test/hold"
+
+
+def release(client: KubeClient, ns: str) -> int:
+    """What a queueing controller does: remove ``HOLD_GATE`` from the Pods of ``ns`` that carry it,
+    so the scheduler binds them and kwok runs them. The number of Pods released."""
+    released = 0
+    for pod in client.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]:
+        gates = pod["spec"].get("schedulingGates") or []
+        if any(g["name"] == HOLD_GATE for g in gates):
+            keep = [g for g in gates if g["name"] != HOLD_GATE]
+            path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+            client.request(
+                "PATCH",
+                path,
+                body=[{"op": "replace", "path": "/spec/schedulingGates", "value": keep}],
+                content_type="application/json-patch+json",
+            )
+            released += 1
+    return released

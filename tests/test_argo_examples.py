@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from agent.cli.main import main
 from agent.config.types import Config
 from agent.model import Outcome, PassState
-from tests.agentkit import E2E, make_repo, write_config
+from tests.agentkit import E2E, make_repo, tracked, write_config
 from tests.clusters import TestNamespace
 from tests.watchlog import WatchLog, condition, ready, watching
 
@@ -56,6 +56,11 @@ def sync_once(config: Config) -> None:
     """``run --once``: every pass of the sync, until its last step is through."""
     once = CliRunner().invoke(main, ["run", "--once", "--config", config.file], catch_exceptions=False)
     assert once.exit_code == 0, once.output
+
+
+def members(config: Config) -> set[str]:
+    """``Kind/name`` of the app's inventory members (hooks never are)."""
+    return {f"{k.kind}/{k.name}" for k in tracked(config, "pods")}
 
 
 def second_pass_runs_nothing(e2e: E2E, config: Config, log: WatchLog) -> None:
@@ -96,6 +101,12 @@ def test_argo_sync_waves_example_runs_its_waves_and_hooks_in_the_documented_orde
         healthy("Job", "maint-page-down", complete)
         # No hook here is HookSucceeded: BeforeHookCreation (the default) keeps them until they run again.
         assert not [e for e in log.events() if e.type == "DELETED"]
+        assert members(config) == {
+            "ReplicaSet/backend",
+            "Service/backend",
+            "ReplicaSet/frontend",
+            "Service/frontend",
+        }
 
         second_pass_runs_nothing(e2e, config, log)
 
@@ -107,7 +118,7 @@ def test_argo_pre_post_sync_example_runs_presync_before_and_postsync_after_the_g
     with watching(pods_namespace.cluster, pods_namespace.name, COLLECTIONS) as log:
         sync_once(config)
         before, after = "pre-post-sync-before", "pre-post-sync-after"
-        deployment, service = "pre-post-sync-kustomize-guestbook-ui", "pre-post-sync-kustomize-guestbook-ui"
+        deployment = service = "pre-post-sync-kustomize-guestbook-ui"  # kustomize's namePrefixes
         assert log.names("Job") == [before, after]
         complete = condition("Complete")
 
@@ -122,5 +133,6 @@ def test_argo_pre_post_sync_example_runs_presync_before_and_postsync_after_the_g
 
         assert log.first("Job", before, complete) < deleted(before) < log.created("Deployment", deployment)
         assert log.first("Job", after, complete) < deleted(after)
+        assert members(config) == {f"Deployment/{deployment}", f"Service/{service}"}
 
         second_pass_runs_nothing(e2e, config, log)

@@ -133,11 +133,13 @@ def test_hooks_run_in_their_phase_once_per_revision_never_as_members_and_hook_su
     jobs = listed(client, ns, "Job")
     assert set(jobs) == {"migrate"} and jobs["migrate"]["metadata"]["labels"][HOOK_OF]
     assert not listed(client, ns, "ConfigMap") and not agent.tracked("pods")
-    migrate = rv(jobs["migrate"])
+    migrate, migrate_uid = rv(jobs["migrate"]), jobs["migrate"]["metadata"]["uid"]
 
     # A pass before it completed creates nothing again.
-    assert agent.reconcile()["pods"].state is PassState.SYNCING
-    assert rv(listed(client, ns, "Job")["migrate"]) == migrate
+    again = agent.reconcile()["pods"]
+    assert again.state is PassState.SYNCING and not again.applied, again.results
+    # (The same object: its Job controller writes its status meanwhile, so not its resourceVersion.)
+    assert listed(client, ns, "Job")["migrate"]["metadata"]["uid"] == migrate_uid
 
     run_to(client, ns, "migrate")
     r = agent.reconcile()["pods"]

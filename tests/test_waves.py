@@ -5,8 +5,8 @@ applied only once every object of the wave before is healthy (a Job complete), r
 server. The ``pods`` cluster runs the Jobs (kube-scheduler, kwok, the Job controller): a Job
 completes about a second after its Pod is scheduled, and fails when its image is tagged ``:fail``
 (``backoffLimit: 0``). To look at a wave while it waits, a Job's Pod carries a scheduling gate
-that the test removes (``tests.rollout.release``). Creation order is read back from the server
-(``resourceVersion``).
+that the test removes (``tests.rollout.release``). Creation order is read back from the server:
+the resourceVersion of each creation, from a watch (``tests.watchlog``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from agent.run.due import DueReason, Timing
 from tests.agentkit import E2E, make_repo, manifests, write_config
 from tests.rollout import HOLD_GATE, release
 from tests.waiting import wait_for
+from tests.watchlog import WatchLog, condition
 
 JOB_SECONDS = 60.0
 
@@ -76,7 +77,7 @@ def job_done(client: KubeClient, ns: str, name: str, condition: str = "Complete"
 
 
 def versions(client: KubeClient, ns: str) -> dict[str, int]:
-    """Each object of ``ns`` by name → the resourceVersion it was created at (creation order)."""
+    """Each object of ``ns`` by name → its resourceVersion (a Job's moves as its controller writes)."""
     out: dict[str, int] = {}
     for path in (f"/api/v1/namespaces/{ns}/configmaps", f"/apis/batch/v1/namespaces/{ns}/jobs"):
         for item in client.request("GET", path)["items"]:
@@ -95,6 +96,11 @@ def test_waves_a_wave_is_applied_only_once_the_one_before_is_healthy_and_the_pru
     repo = make_repo(tmp_path, files(ns, *docs))
     agent = e2e.agent(write_config(tmp_path, repo, {"pods": pods_cluster}))
     client = agent.fleet.reconcilers["pods"].client
+    # The Job controller writes the Job's status as it runs: its creation is read from a watch.
+    log = WatchLog(
+        pods_cluster, ns, ("/api/v1/namespaces/{ns}/configmaps", "/apis/batch/v1/namespaces/{ns}/jobs")
+    )
+    e2e.at_end(log.close)
 
     # Wave -1 is a ConfigMap (healthy at once); wave 0's Job has not completed: the pass ends there.
     r = agent.reconcile()["pods"]
@@ -121,8 +127,9 @@ def test_waves_a_wave_is_applied_only_once_the_one_before_is_healthy_and_the_pru
     wait_for("the Job to complete", lambda: job_done(client, ns, "migrate"), JOB_SECONDS)
     r = agent.reconcile()["pods"]
     assert r.state is PassState.OK, (r.error, r.wave_wait)
-    created = versions(client, ns)
-    assert sorted(created, key=created.__getitem__) == ["first", "migrate", "middle", "last"]
+    created = [e.name for e in log.events() if e.type == "ADDED" and e.name != "kube-root-ca.crt"]
+    assert created == ["first", "migrate", "middle", "last"]
+    assert log.first("Job", "migrate", condition("Complete")) < log.created("ConfigMap", "middle")
 
     # Objects leaving Git are pruned after the last wave, the latest wave first.
     repo.commit(files(ns, job(ns, "migrate", held=True), cm(ns, "middle", 1)))

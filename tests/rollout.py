@@ -4,6 +4,9 @@ The local control plane runs no Deployment or ReplicaSet controller and no kubel
 that needs a rollout writes what they would: a ReplicaSet owned by the Deployment (named with
 its ``pod-template-hash``), Pods owned by the ReplicaSet, and every status through the status
 subresource. ``roll_out`` is one step of that, from what the Deployment is now.
+
+On the ``pods`` cluster (simulated Pods) the controllers run; ``release`` then plays a queueing
+controller: a test holds a Job's Pod with ``HOLD_GATE`` to look at a sync while the Job waits.
 """
 
 from __future__ import annotations

@@ -232,7 +232,7 @@ def run(
         "objects": per_wave * waves,
         "deployments_per_wave": count,
         "reps": reps,
-        "driver": "run --once (Fleet.run_apps, then Fleet.health.settle)",
+        "driver": "`Fleet.run_apps`, then `Fleet.health.settle`",
         "poll_seconds": POLL,
         "row": verdict,
         "agent_runs": agent_runs,

@@ -599,6 +599,7 @@ def waves_section(results: dict[str, Any]) -> list[str]:
     per_wave = w["objects"] // w["waves"]
     passes = sorted(len(x["passes"]) for x in w["agent_runs"])
     last = sorted(x["last_pass_end"] for x in w["agent_runs"])
+    first = statistics.median(x["passes"][0]["recheck"] or 0 for x in w["agent_runs"])
     applies = [s for x in w["peer_runs"] for s in x["apply_seconds"]]
     rollouts = [s for x in w["peer_runs"] for s in x["wait_seconds"]]
     lines = [
@@ -609,7 +610,8 @@ def waves_section(results: dict[str, Any]) -> list[str]:
         f"--waves-reps {w['reps']}` on {results['started'][:19].replace('T', ' ')} UTC "
         f"({m['nproc']} CPUs, Python {m['python']}); kube-scheduler and kwok run Pods, a Deployment "
         "is Available a fraction of a second after it is created. Agent: the app (sync waves "
-        f"0..{w['waves'] - 1}) driven as `run --once` drives it ({w['driver']}), from the first "
+        f"0..{w['waves'] - 1}) driven as `run --once` drives it ({w['driver']}: each `syncing` pass "
+        "run again when it said to look again, as the daemon's scheduler does), from the first "
         "pass's start to its last wave's Deployments all Current. Peer: each wave alone, applied by "
         "the agent as an app of its own, to its Deployments all Current; the sum over the waves. "
         f"Health read on both sides the same way: one labelled LIST every {w['poll_seconds'] * 1000:.0f} ms, "
@@ -623,8 +625,9 @@ def waves_section(results: dict[str, Any]) -> list[str]:
         f"| the waves alone, summed | {p['median']:.2f} s | {p['min']:.2f} s | {p['all']} |",
         "",
         f"Overhead {r['overhead']:+.0%} ({r['target']}: {_met(r)}). The agent ran "
-        f"{passes[len(passes) // 2]} passes (median); its last pass ended at {last[len(last) // 2]:.2f} s "
-        "(median). Each wave alone: applied in "
+        f"{passes[len(passes) // 2]} passes (median), the first looking again {first} s after the "
+        f"first wave's apply; its last pass ended at {last[len(last) // 2]:.2f} s (median). "
+        "Each wave alone: applied in "
         f"{statistics.median(applies):.2f} s, healthy {statistics.median(rollouts):.2f} s later (medians).",
         "",
     ]

@@ -64,10 +64,11 @@ class ClusterSet:
         self.state_dir = state_dir
         self.clusters: dict[str, LocalCluster] = {}
 
-    def start(self, *names: str) -> list[LocalCluster]:
+    def start(self, *names: str, pods: bool | None = None) -> list[LocalCluster]:
+        """Start ``names`` (``pods``: with simulated Pods, ``localcluster.start``)."""
         self.clusters.update(dict.fromkeys(names))  # type: ignore[arg-type]  # recorded before start
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-            started = list(pool.map(lambda n: localcluster.start(n, self.state_dir), names))
+            started = list(pool.map(lambda n: localcluster.start(n, self.state_dir, pods=pods), names))
         for c in started:
             self.clusters[c.name] = c
         return started

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
@@ -20,7 +21,9 @@ from click.testing import CliRunner
 from agent.cli.main import main
 from agent.dev.process import LocalCluster
 from agent.kube.client import KubeClient
-from agent.model import FailureReason, Outcome, PassState
+from agent.model import FailureReason, Health, HealthState, ObjectKey, Outcome, PassState, Stage, Step
+from agent.plan.health_tracker import Tracker
+from agent.reconcile.waves import WAVE_POLL_FIRST, WaveAt, Waves, _Track
 from agent.run.due import DueReason, Timing
 from tests.agentkit import E2E, make_repo, manifests, write_config
 from tests.rollout import HOLD_GATE, release
@@ -186,3 +189,22 @@ def test_waves_run_once_goes_on_with_a_waiting_wave_until_the_sync_is_through(
     once = CliRunner().invoke(main, ["run", "--once", "--config", config.file], catch_exceptions=False)
     assert once.exit_code == 0, once.output
     assert set(versions(client, ns)) == {"migrate", "after"}
+
+
+def test_waves_look_again_a_tenth_of_a_second_after_the_first_look_doubling_and_at_1_s_after_a_change() -> (
+    None
+):
+    a, b = (ObjectKey("apps", "Deployment", "shop", n) for n in "ab")
+    track = _Track("rev", ("sync", 0), Tracker(started=0.0, timeout=300.0, debounce=30.0, keys=[a, b]))
+    at = WaveAt(cast(Any, None), "rev", "id", Step(Stage.SYNC, 0, ()), 1, 2)
+    rolling, done = Health(HealthState.IN_PROGRESS, "rolling"), Health(HealthState.CURRENT, "ok")
+
+    def recheck(report: dict[ObjectKey, Health], now: float) -> float:
+        pending = [k for k, h in report.items() if h.state is not HealthState.CURRENT]
+        return Waves._wait(track, at, report, pending, now).recheck
+
+    # A short rollout is seen through soon after the wave's apply; nothing changing, twice as late.
+    assert [recheck({a: rolling, b: rolling}, t) for t in (0.0, 0.1, 0.3)] == [WAVE_POLL_FIRST, 0.2, 0.4]
+    # A change seen later starts again at 1 s, as a health wait does (never more passes than that).
+    assert recheck({a: done, b: rolling}, 0.7) == 1.0
+    assert recheck({a: done, b: rolling}, 1.7) == 2.0

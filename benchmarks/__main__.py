@@ -3,11 +3,11 @@
 Commands: ``apply`` (1), ``steady`` (1+2), ``change`` (1+3), ``prune`` (1 and a prune of 10%),
 ``kube`` (1+2+3 and the prune), ``memory`` (4),
 ``git`` (5), ``isolation`` (6), ``apps`` (7), ``health`` (8), ``page`` (9), ``notify`` (10),
-``capacity`` (11), ``corpus`` (12), ``all``; and
+``capacity`` (11), ``corpus`` (12), ``charts`` (13), ``waves`` (14), ``all``; and
 ``chaos`` (not in ``all``: the chaos and soak run, ``benchmarks/chaos``, docs/reliability.md). Prints a
 table while it runs; writes ``benchmarks/results/<command>-<UTC time>.json`` and ``.md``
-(git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md`` (``corpus``
-alone: only its own section of it, the rest kept). Local control
+(git-ignored); ``--docs`` also writes the Markdown table to ``docs/benchmarks.md`` (``corpus``,
+``charts`` and ``waves`` alone: only their own section of it, the rest kept). Local control
 planes are started under a temporary directory and deleted at the end, whatever happens.
 """
 
@@ -39,6 +39,7 @@ from benchmarks import (
     bench_memory,
     bench_notify,
     bench_page,
+    bench_waves,
     harness,
 )
 from benchmarks.markdown import render, with_section
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 "capacity",
                 "corpus",
                 "charts",
+                "waves",
                 "all",
             ),
             "chaos",
@@ -135,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--charts-reps", type=int, default=7, help="benchmark 13: polls, and timed renders per chart"
     )
+    ap.add_argument("--waves", type=int, default=5, help="benchmark 14: sync waves of the app")
+    ap.add_argument("--waves-objects", type=int, default=200, help="benchmark 14: objects of the app")
+    ap.add_argument("--waves-reps", type=int, default=5, help="benchmark 14: repetitions, sides alternating")
     ap.add_argument("--git-files", type=int, default=bench_git.FILES)
     ap.add_argument("--git-commits", type=int, default=bench_git.COMMITS)
     ap.add_argument(
@@ -169,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--corpus-reps must be at least 1")
     if args.health_apps < 1 or args.deployments_per_app < 1:
         ap.error("--health-apps and --deployments-per-app must be at least 1")
+    if args.waves < 1 or args.waves_objects < args.waves or args.waves_reps < 1:
+        ap.error("--waves and --waves-reps must be at least 1 and --waves-objects at least --waves")
 
     if args.command == "chaos":
         return chaos(ap, args)
@@ -223,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
             results["corpus"] = bench_corpus.run(root, reps=args.corpus_reps)
         if cmd in ("charts", "all"):
             results["charts"] = bench_charts.run(root, reps=args.charts_reps)
+        if cmd in ("waves", "all"):
+            results["waves"] = bench_waves.run(
+                root, waves=args.waves, objects=args.waves_objects, reps=args.waves_reps
+            )
+            print(bench_waves.format_line(results["waves"]), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
@@ -233,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"{args.command}-{stamp}.md").write_text(text)
     if args.docs:
         docs = HERE.parent / "docs" / "benchmarks.md"
-        if args.command in ("corpus", "charts") and docs.exists():  # its section alone, the others kept
+        if args.command in ("corpus", "charts", "waves") and docs.exists():  # its section alone
             text = with_section(docs.read_text(), results)
         docs.write_text(text)
     print(f"\nwrote {args.out / f'{args.command}-{stamp}.json'} ({results['seconds']}s in all)")

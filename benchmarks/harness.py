@@ -64,8 +64,8 @@ class ClusterSet:
         self.state_dir = state_dir
         self.clusters: dict[str, LocalCluster] = {}
 
-    def start(self, *names: str, pods: bool = False) -> list[LocalCluster]:
-        """``names`` started side by side; ``pods``: with simulated Pods (``agent.dev.simulation``)."""
+    def start(self, *names: str, pods: bool | None = None) -> list[LocalCluster]:
+        """Start ``names`` (``pods``: with simulated Pods, ``localcluster.start``)."""
         self.clusters.update(dict.fromkeys(names))  # type: ignore[arg-type]  # recorded before start
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             started = list(pool.map(lambda n: localcluster.start(n, self.state_dir, pods=pods), names))

@@ -7,6 +7,7 @@ a saved JSON file with ``python -m benchmarks.markdown RESULTS.json [OUT.md]``.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,8 @@ def render(results: dict[str, Any]) -> str:
         lines += corpus_section(results)
     if "charts" in results:
         lines += charts_section(results)
+    if "waves" in results:
+        lines += waves_section(results)
     lines += [
         "## Reading these numbers",
         "",
@@ -585,11 +588,61 @@ def charts_section(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+WAVES_HEADING = "## Sync waves"
+
+
+def waves_section(results: dict[str, Any]) -> list[str]:
+    """Benchmark 14: an app's waves through the agent against the sum of the waves' own health times."""
+    w, m = results["waves"], results["machine"]
+    r = w["row"]
+    a, p = r["agent_seconds"], r["peer_seconds"]
+    per_wave = w["objects"] // w["waves"]
+    passes = sorted(len(x["passes"]) for x in w["agent_runs"])
+    last = sorted(x["last_pass_end"] for x in w["agent_runs"])
+    first = statistics.median(x["passes"][0]["recheck"] or 0 for x in w["agent_runs"])
+    applies = [s for x in w["peer_runs"] for s in x["apply_seconds"]]
+    rollouts = [s for x in w["peer_runs"] for s in x["wait_seconds"]]
+    lines = [
+        f"{WAVES_HEADING} ({w['waves']} waves x {per_wave} objects, {w['deployments_per_wave']} "
+        "Deployments of 1 replica each, on one cluster with simulated Pods)",
+        "",
+        f"Run `python -m benchmarks waves --waves {w['waves']} --waves-objects {w['objects']} "
+        f"--waves-reps {w['reps']}` on {results['started'][:19].replace('T', ' ')} UTC "
+        f"({m['nproc']} CPUs, Python {m['python']}); kube-scheduler and kwok run Pods, a Deployment "
+        "is Available a fraction of a second after it is created. Agent: the app (sync waves "
+        f"0..{w['waves'] - 1}) driven as `run --once` drives it ({w['driver']}: each `syncing` pass "
+        "run again when it said to look again, as the daemon's scheduler does), from the first "
+        "pass's start to its last wave's Deployments all Current. Peer: each wave alone, applied by "
+        "the agent as an app of its own, to its Deployments all Current; the sum over the waves. "
+        f"Health read on both sides the same way: one labelled LIST every {w['poll_seconds'] * 1000:.0f} ms, "
+        "the agent's "
+        f"health rules. {w['reps']} repetitions alternating which side goes first, fresh namespaces each; "
+        "medians (`benchmarks/bench_waves.py`).",
+        "",
+        "| figure | median | min | all |",
+        "|---|---|---|---|",
+        f"| agent: first pass to last wave healthy | {a['median']:.2f} s | {a['min']:.2f} s | {a['all']} |",
+        f"| the waves alone, summed | {p['median']:.2f} s | {p['min']:.2f} s | {p['all']} |",
+        "",
+        f"Overhead {r['overhead']:+.0%} ({r['target']}: {_met(r)}). The agent ran "
+        f"{passes[len(passes) // 2]} passes (median), the first looking again {first} s after the "
+        f"first wave's apply; its last pass ended at {last[len(last) // 2]:.2f} s (median). "
+        "Each wave alone: applied in "
+        f"{statistics.median(applies):.2f} s, healthy {statistics.median(rollouts):.2f} s later (medians).",
+        "",
+    ]
+    return lines
+
+
 def with_section(document: str, results: dict[str, Any]) -> str:
-    """``document`` (docs/benchmarks.md) with the section of ``results`` (corpus or charts)
-    replaced, or added before "Reading these numbers"; everything else kept as it is."""
+    """``document`` (docs/benchmarks.md) with the section of ``results`` (corpus, charts or
+    waves) replaced, or added before "Reading these numbers"; everything else kept as it is."""
     heading, make = (
-        (CHARTS_HEADING, charts_section) if "charts" in results else (CORPUS_HEADING, corpus_section)
+        (WAVES_HEADING, waves_section)
+        if "waves" in results
+        else (CHARTS_HEADING, charts_section)
+        if "charts" in results
+        else (CORPUS_HEADING, corpus_section)
     )
     section = "\n".join(make(results))
     start = document.find(f"\n{heading}")

@@ -4,6 +4,9 @@ The local control plane runs no Deployment or ReplicaSet controller and no kubel
 that needs a rollout writes what they would: a ReplicaSet owned by the Deployment (named with
 its ``pod-template-hash``), Pods owned by the ReplicaSet, and every status through the status
 subresource. ``roll_out`` is one step of that, from what the Deployment is now.
+
+On the ``pods`` cluster (simulated Pods) the controllers run; ``release`` then plays a queueing
+controller: a test holds a Job's Pod with ``HOLD_GATE`` to look at a sync while the Job waits.
 """
 
 from __future__ import annotations
@@ -218,3 +221,27 @@ def finish_job(client: KubeClient, ns: str, name: str, *, failed: bool = False) 
             ],
         }
     return _merge(client, f"/apis/batch/v1/namespaces/{ns}/jobs/{name}/status", {"status": status})
+
+
+#: A scheduling gate a test puts in a Job's Pod template: the Pod waits unscheduled (so its Job
+#: stays InProgress on simulated Pods) until ``release`` removes the gate.
+HOLD_GATE = "gitops-agent.test/hold"
+
+
+def release(client: KubeClient, ns: str) -> int:
+    """What a queueing controller does: remove ``HOLD_GATE`` from the Pods of ``ns`` that carry it,
+    so the scheduler binds them and kwok runs them. The number of Pods released."""
+    released = 0
+    for pod in client.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]:
+        gates = pod["spec"].get("schedulingGates") or []
+        if any(g["name"] == HOLD_GATE for g in gates):
+            keep = [g for g in gates if g["name"] != HOLD_GATE]
+            path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+            client.request(
+                "PATCH",
+                path,
+                body=[{"op": "replace", "path": "/spec/schedulingGates", "value": keep}],
+                content_type="application/json-patch+json",
+            )
+            released += 1
+    return released

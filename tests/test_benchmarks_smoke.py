@@ -20,7 +20,7 @@ import pytest
 from agent.config.load import load_config
 from agent.config.types import ClusterSettings
 from agent.dev.process import LocalCluster, Pids, Ports
-from benchmarks import bench_apps, bench_charts, bench_corpus, bench_kube, harness, workload
+from benchmarks import bench_apps, bench_charts, bench_corpus, bench_kube, bench_waves, harness, workload
 from benchmarks.__main__ import main
 from benchmarks.bench_kube import initial_row
 from benchmarks.markdown import render, with_section
@@ -459,3 +459,28 @@ def test_benchmarks_charts_smoke_counts_a_poll_at_the_repository_and_renders_the
     # --docs replaces only its own section of a document.
     doc = with_section("# B\n\n## Other\n\nx\n\n## Reading these numbers\n", results)
     assert doc.index("## Other") < doc.index("## Charts from a repository") < doc.index("## Reading")
+
+
+def test_benchmarks_waves_smoke_times_an_apps_waves_against_each_wave_alone(tmp_path: Path) -> None:
+    clusters.require_control_plane(pods=True)
+    argv = ["waves", "--waves", "3", "--waves-objects", "30", "--waves-reps", "2", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    results = json.loads(next(tmp_path.glob("waves-*.json")).read_text())
+    waves = results["waves"]
+    assert (waves["waves"], waves["objects"], waves["deployments_per_wave"]) == (3, 30, 8)
+    assert len(waves["agent_runs"]) == len(waves["peer_runs"]) == 2
+    for run in waves["agent_runs"]:
+        # At least one pass per wave, each ended ``syncing`` but the last; its last wave healthy after.
+        states = [p["state"] for p in run["passes"]]
+        assert len(states) >= 3 and states[-1] == "ok" and set(states[:-1]) == {"syncing"}, run
+        assert run["seconds"] >= run["last_pass_end"] > 0
+    for run in waves["peer_runs"]:
+        assert len(run["apply_seconds"]) == len(run["wait_seconds"]) == 3
+        assert run["seconds"] > 0 and all(s >= 0 for s in run["wait_seconds"])
+    row = waves["row"]
+    assert row["met"] == (row["overhead"] <= bench_waves.TARGET_OVERHEAD)
+    assert not bench_waves.row([1.2, 1.3], [1.0, 1.0])["met"] and bench_waves.row([1.05], [1.0])["met"]
+    md = next(tmp_path.glob("waves-*.md")).read_text()
+    assert "## Sync waves (3 waves x 10 objects, 8 Deployments of 1 replica each" in md
+    doc = with_section("# B\n\n## Other\n\nx\n\n## Reading these numbers\n", results)
+    assert doc.index("## Other") < doc.index("## Sync waves") < doc.index("## Reading")

@@ -121,6 +121,7 @@ metadata: {name: cert-manager, namespace: ingress-nginx}
 spec:
   url: oci://quay.io/jetstack/charts/cert-manager
   ref: {semver: "1.x"}
+  layerSelector: {mediaType: application/vnd.cncf.helm.chart.content.v1.tar+gzip}
   verify: {provider: cosign, secretRef: {name: cosign-pub}}
 ---
 apiVersion: helm.toolkit.fluxcd.io/v2
@@ -319,6 +320,7 @@ def test_flux_helm_releases_become_chart_apps_from_their_helm_repositories(tmp_p
     )
     assert "OCIRepository ingress-nginx/cert-manager spec.verify because set verify = true" in text
     assert "OCIRepository ingress-nginx/cert-manager (oci://" not in text  # a chart source, not a Git one
+    assert "spec.layerSelector" not in text  # the Helm chart layer: what the agent takes anyway
     # The kustomize patch of the release is not a second release.
     assert [a for a in data["apps"] if a["name"].startswith("ingress-nginx")] == [nginx], data["apps"]
     assert parse_config(data, base_dir=tmp_path).apps

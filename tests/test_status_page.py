@@ -28,6 +28,7 @@ from agent.model import (
     ObjectKey,
     Outcome,
     Resolution,
+    WaveWait,
 )
 from agent.run.record_store import FileStore
 from agent.run.status import ClusterStatus
@@ -234,3 +235,46 @@ def test_a_sign_in_never_carries_a_control_character_of_next_into_the_location_h
     assert answer.code == 303 and location == "/ui/"
     shown = page.handle("GET", "/ui/login?next=" + next_, {})
     assert b"Set-Cookie:" not in shown.body and b"X-Injected" not in shown.body
+
+
+MIGRATE = ObjectKey("batch", "Job", "shop", "migrate")
+
+
+def waiting(waited: float) -> WaveWait:
+    running = Health(HealthState.IN_PROGRESS, "Job has not completed: 0 of 1 succeeded")
+    return WaveWait("wave 1", 1, 2, 3, MIGRATE, running, waited, 300.0, 2.0)
+
+
+def test_a_syncing_app_shows_its_wave_and_what_it_waits_for_on_the_grid_and_its_page(tmp_path: Path) -> None:
+    status = ClusterStatus("prod")
+    status.app("shop")
+    page = _page(FileStore(tmp_path), status)
+    page.record_passes([result(wave_wait=waiting(1.0))], {SHA1: "migrate"}, may_write=lambda _: True)
+    # The same wave waiting longer is no new record: no write at every look.
+    page.record_passes([result(wave_wait=waiting(4.0), at=1)], {SHA1: "migrate"}, may_write=lambda _: True)
+    assert page.writes == 1
+
+    grid = page.handle("GET", "/ui/", {}).body.decode()
+    wave_tag = (
+        '<span class="tag wave" title="wave 1 (2 of 3), waiting for Job.batch/shop/migrate: '
+        'InProgress: Job has not completed: 0 of 1 succeeded">wave 1 (2 of 3)</span>'
+    )
+    assert 'data-state="syncing"' in grid and wave_tag in grid
+    assert wave_tag in page.handle("GET", "/ui/clusters/prod", {}).body.decode()
+    app = page.handle("GET", "/ui/clusters/prod/apps/shop", {}).body.decode()
+    assert '<dd id="wave">wave 1 (2 of 3), waiting for <code>Job.batch/shop/migrate</code>' in app
+    assert "InProgress: Job has not completed: 0 of 1 succeeded" in app and "at most 300s" in app
+
+    # Once the sync is through, the wave goes from the record and the pages.
+    page.record_passes([result(at=2)], {SHA1: "migrate"}, may_write=lambda _: True)
+    assert 'class="tag wave"' not in page.handle("GET", "/ui/", {}).body.decode()
+    assert 'id="wave"' not in page.handle("GET", "/ui/clusters/prod/apps/shop", {}).body.decode()
+
+
+def test_a_records_wave_reads_back_and_a_record_written_before_waves_still_reads() -> None:
+    r = after_pass(None, result(wave_wait=waiting(1.0)), subject="s", now=T0)
+    assert r.state == "syncing" and r.wave is not None and r.wave.blocker == "Job.batch/shop/migrate"
+    assert AppRecord.from_json(json.loads(encode(r))) == r
+    older = {k: v for k, v in r.to_json().items() if k != "wave"}
+    back = AppRecord.from_json(older)
+    assert back is not None and back.wave is None

@@ -1,6 +1,8 @@
-"""What an Argo CD app's files hold that the agent does not do as Argo CD does, as notes: hook
-and sync-wave annotations, ``generateName``, Jsonnet. (A chart's dependencies from repositories
-are fetched by the agent's poll, as Argo CD's ``helm dependency build``: no note.)
+"""What an Argo CD app's files hold that the agent does not do as Argo CD does, as notes: hooks
+of an app's deletion, Jsonnet. (Sync waves, PreSync/Sync/PostSync/SyncFail hooks with their
+delete policies, ``generateName`` hooks and Helm hooks run as under Argo CD (docs/ordering.md);
+a chart's dependencies from repositories are fetched by the agent's poll, as Argo CD's
+``helm dependency build``: no note.)
 
 Called by ``argocd`` for each app whose path is in PATH. Files are searched as text (a chart's
 templates are not YAML), those the path reaches only: its kustomization's resources, else every
@@ -17,9 +19,8 @@ from agent.render.kustomize import kustomization_file
 
 #: Text in a file → why the app does not behave as under Argo CD.
 _MARKS = {
-    b"argocd.argoproj.io/hook": "Argo CD hooks run around a sync; the agent applies them as ordinary objects",
-    b"argocd.argoproj.io/sync-wave": "the agent does not order an app's objects by sync wave",
-    b"generateName:": "the agent needs a stable name for every object: the render refuses generateName",
+    b"PreDelete": "the agent never deletes an app on its own, so its PreDelete hooks never run",
+    b"PostDelete": "the agent never deletes an app on its own, so its PostDelete hooks never run",
 }
 
 

@@ -99,7 +99,7 @@ def import_flux(root: Path, *, cluster: str = "", kubeconfig: str = "") -> Impor
     for u, c in ks_apps:
         apps.append(_kustomization_app(flux, u, c, names))
     repos = {h.name: helm_repository(h) for h in tree.of(FLUX, "HelmRepository")}
-    ocis = {o.name: o for o in tree.of(FLUX, "OCIRepository")}
+    ocis = {(o.namespace, o.name): o for o in tree.of(FLUX, "OCIRepository")}
     for r, c in releases:
         parents = [u for u, uc in ks_apps if uc == c and r.file in u.reach.files]
         applying = [u for u in units if r.file in u.reach.files and c in placed.get(id(u.obj), ())]
@@ -113,12 +113,12 @@ def import_flux(root: Path, *, cluster: str = "", kubeconfig: str = "") -> Impor
         if not _is_app(flux, u) and placed.get(id(u.obj)):
             flux.notes.append(_parent_note(flux, u))
     charts = {
-        str(ref.get("name", ""))
+        (str(ref.get("namespace") or r.namespace), str(ref.get("name", "")))
         for r, _ in releases
         if isinstance(ref := r.spec.get("chartRef"), dict) and ref.get("kind") == "OCIRepository"
     }
     # An OCIRepository no release takes its chart from (a Kustomization's sourceRef, say).
-    flux.notes += [oci_note(o) for name, o in ocis.items() if name not in charts]
+    flux.notes += [oci_note(o) for key, o in ocis.items() if key not in charts]
     used = {a.helm.repository for a in apps if a.helm and a.helm.repository}
     return Imported(
         tool=Tool.FLUX,

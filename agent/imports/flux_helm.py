@@ -40,11 +40,11 @@ def release_app(
     parents: Sequence[_Unit],
     source: Callable[[str], str],
     built_by: str = "",
-    ocis: Mapping[str, Found] | None = None,
+    ocis: Mapping[tuple[str, str], Found] | None = None,
 ) -> App:
     """The app of HelmRelease ``r`` on ``cluster``; ``parents``: the Kustomization apps applying it;
     ``built_by``: the path whose kustomize build ``r`` was read from (its patches applied);
-    ``ocis``: the tree's OCIRepository objects by name (``chartRef`` sources)."""
+    ``ocis``: the tree's OCIRepository objects by namespace and name (``chartRef`` sources)."""
     spec, what = r.spec, r.label()
     notes = other_fields(spec, _KNOWN, what, _NO_PEER)
     helm, app_source, paths = _chart(r, repos, source, notes, ocis or {})
@@ -153,7 +153,7 @@ def _chart(
     repos: dict[str, HelmRepository],
     source: Callable[[str], str],
     notes: list[Note],
-    ocis: Mapping[str, Found],
+    ocis: Mapping[tuple[str, str], Found],
 ) -> tuple[Helm, str, tuple[str, ...]]:
     """(chart, the app's Git source if the chart is in Git, the app's paths)."""
     what = r.label()
@@ -186,7 +186,8 @@ def _chart(
     if kind == "GitRepository":
         path = repo_path(spec.get("chart"))
         return Helm(chart=path, values_files=tuple(repo_path(f) for f in files)), source(name), (path,)
-    if kind == "OCIRepository" and (oci := ocis.get(name)) is not None:
+    namespace = str(chart_ref.get("namespace") or r.namespace) if isinstance(chart_ref, dict) else r.namespace
+    if kind == "OCIRepository" and (oci := ocis.get((namespace, name))) is not None:
         repository, chart_name, version = oci_chart(oci, notes)
         return Helm(chart=chart_name, repository=repository, version=version), "", ()
     why = f"{kind or 'its'} chart source is not supported: set [apps.helm] repository and chart"

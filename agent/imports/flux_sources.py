@@ -118,6 +118,10 @@ def helm_repository(repo: Found) -> HelmRepository:
     return HelmRepository(url=url, notes=tuple(notes))
 
 
+#: The media type of a Helm chart's layer in an OCI artifact: the one the agent reads.
+HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+
+
 def oci_chart(repo: Found, notes: list[Note]) -> tuple[str, str, str]:
     """An ``OCIRepository`` a HelmRelease's ``chartRef`` names, as ``[apps.helm]`` spells it:
     (repository, chart, version). Its URL is the chart's own artifact (``oci://host/path/NAME``):
@@ -127,6 +131,9 @@ def oci_chart(repo: Found, notes: list[Note]) -> tuple[str, str, str]:
     repository, _, chart = url.rpartition("/")
     ref = table(spec, "ref")
     version = str(ref.get("semver") or ref.get("tag") or "")
+    layer = table(spec, "layerSelector")
+    if layer and layer.get("mediaType") != HELM_CHART_LAYER:
+        notes.append(Note(f"{what} spec.layerSelector", "the agent takes the Helm chart layer"))
     for key in ("digest", "semverFilter"):
         if ref.get(key):
             notes.append(Note(f"{what} spec.ref.{key}", "a chart is chosen by version (semver or tag) only"))
@@ -138,7 +145,6 @@ def oci_chart(repo: Found, notes: list[Note]) -> tuple[str, str, str]:
         ("verify", "set verify = true and cosign_public_key_file on a [[helm_repositories]] entry"),
         ("insecure", "set plain_http = true on a [[helm_repositories]] entry"),
         ("certSecretRef", "set ca_file on a [[helm_repositories]] entry"),
-        ("layerSelector", "the agent takes the Helm chart layer"),
         ("provider", "cloud credentials: set docker_config_file on a [[helm_repositories]] entry"),
     ):
         if spec.get(key):

@@ -35,6 +35,7 @@ from agent.model import (
     FieldConflict,
     Outcome,
     PassState,
+    WaveWait,
 )
 from agent.plan.fields import render_path
 from agent.plan.masking import MASK, is_secret_path
@@ -237,6 +238,41 @@ class HealthSummary:
 
 
 @dataclass(frozen=True)
+class WaveSummary:
+    """The step of its sync an app waits on (state ``syncing``): ``wave 1 (2 of 3)``, the object
+    it waits for and that object's health. Without the seconds waited: a wave that only waits
+    longer leaves the record as it was (no write every look)."""
+
+    step: str
+    index: int
+    steps: int
+    #: ``Kind.group/ns/name`` of the first object of the step not healthy ("" when none is named).
+    blocker: str
+    health: str
+    #: Seconds the step may take (``wave_timeout``).
+    timeout: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.step} ({self.index} of {self.steps})"
+
+    def __str__(self) -> str:
+        what = f"{self.blocker}: {self.health}" if self.blocker and self.health else "its objects"
+        return f"{self.label}, waiting for {what}"
+
+    @classmethod
+    def of(cls, w: WaveWait) -> WaveSummary:
+        return cls(
+            step=w.step,
+            index=w.index,
+            steps=w.steps,
+            blocker=str(w.blocker) if w.blocker else "",
+            health=clip(w.health.describe()) if w.health else "",
+            timeout=w.timeout,
+        )
+
+
+@dataclass(frozen=True)
 class AppRecord:
     """One app of one cluster, as the page shows it; persisted only when it changed."""
 
@@ -270,6 +306,8 @@ class AppRecord:
     #: The rollback pin in force (``gitops-agent rollback``): the pinned and the bad revision.
     pin_revision: str = ""
     pin_bad: str = ""
+    #: The step of its sync the last pass ended waiting on (state ``syncing``), if any.
+    wave: WaveSummary | None = None
 
     @property
     def suspended(self) -> bool:
@@ -326,6 +364,7 @@ class AppRecord:
                 window=str(doc.get("window", "")),
                 pin_revision=str(doc.get("pin_revision", "")),
                 pin_bad=str(doc.get("pin_bad", "")),
+                wave=WaveSummary(**doc["wave"]) if doc.get("wave") else None,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -457,6 +496,7 @@ def after_pass(
         window=entry.window,
         pin_revision=pin[0],
         pin_bad=pin[1],
+        wave=WaveSummary.of(result.wave_wait) if result.wave_wait else None,
     )
 
 

@@ -17,6 +17,7 @@ import click
 
 from agent import logs
 from agent.config.load import check_access, load_config
+from agent.config.tomlreader import parse_duration
 from agent.config.types import AGENT_DEFAULTS, AppConfig, Config, LogLevel
 from agent.errors import ConfigError
 from agent.model import ClusterResult, PruneReason, Revision
@@ -116,6 +117,17 @@ def select_apps(
 def app_label(cluster: str, app: AppConfig) -> str:
     """How output names one app: the cluster alone for its own app, else ``cluster/app``."""
     return cluster if app.name == cluster else f"{cluster}/{app.name}"
+
+
+def positive_duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """A click callback: ``value`` ("30s", "5m") in seconds, more than 0."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    if seconds <= 0:
+        raise click.BadParameter(f"must be more than 0, got {value!r}")
+    return seconds
 
 
 def _usage(message: str) -> NoReturn:

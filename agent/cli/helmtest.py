@@ -14,20 +14,16 @@ import sys
 
 import click
 
-from agent.cli.common import EXIT_FAILED, configure_logging, load, resolve_app, select_apps
+from agent.cli.common import (
+    EXIT_FAILED,
+    configure_logging,
+    load,
+    positive_duration,
+    resolve_app,
+    select_apps,
+)
 from agent.cli.output import JSON, output_option, to_json
-from agent.config.tomlreader import parse_duration
 from agent.errors import AgentError
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from e
-    if seconds <= 0:
-        raise click.BadParameter(f"must be more than 0, got {value!r}")
-    return seconds
 
 
 @click.command("test")
@@ -38,7 +34,10 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--app", "app_name", default=None, help="App of that cluster (required when it has several).")
 @click.option("--revision", default=None, help="A ref or commit of the app's source (default: its ref now).")
 @click.option(
-    "--timeout", default="5m", callback=_duration, help="How long each test may run (Helm's default: 5m)."
+    "--timeout",
+    default="5m",
+    callback=positive_duration,
+    help="How long each test may run (Helm's default: 5m).",
 )
 @output_option()
 def helm_test(

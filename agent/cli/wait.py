@@ -19,10 +19,9 @@ from typing import Any, NoReturn
 
 import click
 
-from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load, select_apps
+from agent.cli.common import EXIT_FAILED, EXIT_USAGE, configure_logging, load, positive_duration, select_apps
 from agent.cli.ops import _call, agent_token, agent_url
 from agent.cli.output import JSON, output_option, to_json
-from agent.config.tomlreader import parse_duration
 from agent.config.types import Config
 from agent.run.wait_for import SHA, Goal, Verdict, answer
 
@@ -35,16 +34,6 @@ _EXIT = {Verdict.REACHED: 0, Verdict.FAILED: EXIT_FAILED, Verdict.UNANSWERABLE: 
 def _usage(message: str) -> NoReturn:
     click.echo(f"wait: {message}", err=True)
     sys.exit(EXIT_USAGE)
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from e
-    if seconds <= 0:
-        raise click.BadParameter(f"must be more than 0, got {value!r}")
-    return seconds
 
 
 def _revision(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
@@ -117,7 +106,11 @@ def _finish(
     help="Commit SHA to wait for (default: the latest of the app's source).",
 )
 @click.option(
-    "--timeout", default="5m", show_default=True, callback=_duration, help="Give up (exit 2) after this long."
+    "--timeout",
+    default="5m",
+    show_default=True,
+    callback=positive_duration,
+    help="Give up (exit 2) after this long.",
 )
 @click.option("--url", default=None, help="The agent's address (default: [agent] listen of --config).")
 @click.option(

@@ -8,7 +8,6 @@ one with charts and cosign signatures of its own."""
 from __future__ import annotations
 
 import re
-import socket
 import ssl
 import subprocess
 import time
@@ -18,14 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from agent.dev.process import free_port
 from agent.render.binaries import go_tool, tool
 from agent.render.tools import helm_env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Registry:
@@ -76,7 +70,7 @@ class Registry:
             lines.append(f"auth:\n  htpasswd:\n    realm: charts\n    path: {self.root / 'htpasswd'}")
         log = self.root / "registry.log"
         for _ in range(5):  # a port taken between choosing and binding: choose again
-            port = _free_port()
+            port = free_port()
             config = self.root / "config.yml"
             config.write_text("\n".join(lines).replace("{port}", str(port)) + "\n")
             with open(log, "wb") as out:

@@ -306,10 +306,11 @@ def choose_ports(previous: Ports | None) -> Ports:
     # The same ports as last time keep the kubeconfig's contents (not just its path) unchanged.
     if previous is not None and _port_free(previous.etcd) and _port_free(previous.apiserver):
         return previous
-    return Ports(etcd=_free_port(), apiserver=_free_port())
+    return Ports(etcd=free_port(), apiserver=free_port())
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port nothing listens on now on loopback (the kernel's choice; taken again at once by its user)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

@@ -19,8 +19,8 @@ import pytest
 from agent.config.types import HelmSettings
 from agent.model import DesiredSet
 from agent.render.binaries import tool
+from agent.render.process import RunResult, run_subprocess
 from agent.render.renderer import RenderSpec, dump_stream, render
-from agent.render.tools import RunResult, run_subprocess
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 PLAIN_VARS = {"NAMESPACE": "shop", "WEB_REPLICAS": "3", "NGINX_TAG": "1.27"}
@@ -213,17 +213,24 @@ def test_helm_release_name_defaults_to_the_cluster_and_values_differ_per_cluster
 
 
 def test_helm_runs_offline_with_throwaway_homes_and_no_post_renderer(binaries: None) -> None:
-    calls: list[tuple[list[str], dict[str, str]]] = []
+    calls: list[tuple[list[str], dict[str, str], list[str]]] = []
 
     def spy(
-        argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float, max_output: int
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        max_output: int,
+        then: Sequence[str] | None = None,
     ) -> RunResult:
-        calls.append((list(argv), dict(env)))
-        return run_subprocess(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output)
+        calls.append((list(argv), dict(env), list(then or ())))
+        return run_subprocess(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, then=then)
 
     render(FIXTURES, RenderSpec("prod", ("helm/charts/web",), {}, helm=PROD_HELM), runner=spy)
-    ((argv, env),) = calls
+    ((argv, env, then),) = calls
     assert argv[1:4] == ["template", "shop", str((FIXTURES / "helm/charts/web").resolve())]
+    assert then[:2] == [str(tool("krender")), "-helm-output"]  # reads helm's output as it comes
     assert "--post-renderer" not in argv and "--dependency-update" not in argv
     homes = [
         Path(env[k])

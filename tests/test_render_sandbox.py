@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,10 +21,10 @@ from agent.model import DecryptFault
 from agent.render.binaries import tool
 from agent.render.kustomize import Graph, check_kustomization, kustomize_build
 from agent.render.limits import ChildBudget, bounded_runner
+from agent.render.process import RunResult, run_subprocess
 from agent.render.renderer import RenderCache, RenderSpec, render
 from agent.render.sops import AgeKeys
 from agent.render.sops_guard import foreign_key_services
-from agent.render.tools import RunResult, run_subprocess
 from tests.leakkit import SECRET, SecretServer
 from tests.sopskit import age_key, encrypt
 
@@ -62,8 +63,11 @@ class Spy:
         timeout: float,
         max_output: int,
         stdin: bytes | None = None,
+        then: Sequence[str] | None = None,
     ) -> RunResult:
-        res = self.inner(argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, stdin=stdin)
+        res = self.inner(
+            argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, stdin=stdin, then=then
+        )
         self.results.append(res)
         return res
 
@@ -104,10 +108,11 @@ def test_the_subprocess_runner_stops_a_child_at_its_memory_limit_and_says_so(tmp
     assert not small.out_of_memory and small.returncode == 0 and 0 < small.peak_rss < 256 * MiB
 
 
-def test_a_limited_child_starts_through_krender_with_its_limit_set_and_no_python_callback(
+def test_a_limited_child_starts_at_once_and_runs_under_its_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """CPython forks for a ``preexec_fn``, copying the agent's page tables; krender sets the limit."""
+    """No ``preexec_fn`` (CPython forks for one, copying the agent's page tables) and no launcher
+    program: the limit is set with prlimit(2) as the child starts, on both commands of a pipe."""
     started: list[tuple[list[str], object]] = []
     popen = subprocess.Popen
 
@@ -116,29 +121,57 @@ def test_a_limited_child_starts_through_krender_with_its_limit_set_and_no_python
         return popen(args, **kw)
 
     monkeypatch.setattr(subprocess, "Popen", spy)
-    show = "import resource; print(resource.getrlimit(resource.RLIMIT_DATA))"
+    show = "import resource as r, sys; sys.stdout.write(sys.stdin.read() + str(r.getrlimit(r.RLIMIT_DATA)))"
+    first = [sys.executable, "-c", show]
     res = run_subprocess(
-        [sys.executable, "-c", show], cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=256 * MiB
+        first, cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=256 * MiB, then=first
     )
-    assert res.stdout.decode().strip() == f"({256 * MiB}, {256 * MiB})"
-    ((argv, preexec),) = started
-    assert (
-        argv[:5] == [str(tool("krender")), "-limit-data", str(256 * MiB), "-exec", "--"] and preexec is None
-    )
-    # krender itself sets the limit on itself.
-    started.clear()
-    run_subprocess(
-        [str(tool("krender")), "-convert"], cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=MiB << 8
-    )
-    ((argv, preexec),) = started
-    assert argv == [str(tool("krender")), "-limit-data", str(256 * MiB), "-convert"] and preexec is None
-    # A program looked up on PATH starts as before, its limit set in the child.
-    started.clear()
-    run_subprocess(
-        ["true"], cwd=tmp_path, env={"PATH": "/bin:/usr/bin"}, timeout=30, max_output=1024, memory=MiB << 8
-    )
-    ((argv, preexec),) = started
-    assert argv == ["true"] and preexec is not None
+    limit = f"({256 * MiB}, {256 * MiB})"
+    assert res.returncode == 0 and res.stdout.decode() == limit * 2  # the second read the first's output
+    assert started == [(first, None), (first, None)]
+
+
+def test_a_limited_child_runs_gos_collector_for_a_short_run_within_half_its_bound(tmp_path: Path) -> None:
+    show = "import os; print(os.environ.get('GOGC'), os.environ.get('GOMEMLIMIT'), os.environ.get('X'))"
+    argv = [sys.executable, "-c", show]
+    bounded = {"cwd": tmp_path, "timeout": 30, "max_output": 1024, "memory": 256 * MiB}
+    limited = run_subprocess(argv, env={"X": "1"}, **bounded)
+    assert limited.stdout.decode().split() == ["400", str(128 * MiB), "1"]
+    own = run_subprocess(argv, env={"GOGC": "50"}, **bounded)
+    assert own.stdout.decode().split()[0] == "50"  # what the caller sets is kept
+    unlimited = run_subprocess(argv, cwd=tmp_path, env={}, timeout=30, max_output=1024)
+    assert unlimited.stdout.decode().split() == ["None", "None", "None"]
+
+
+@pytest.mark.parametrize(
+    ("stderr", "out_of_memory"),
+    [
+        ("SIGSEGV: segmentation violation PC=0x43725d m=3 sigcode=1 addr=0x0\n", True),
+        (
+            "panic: runtime error: invalid memory address or nil pointer dereference\n"
+            "[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x1]\n",
+            False,
+        ),
+    ],
+    ids=["a fault in Go's runtime", "the program's own nil dereference"],
+)
+def test_a_limited_go_child_faulting_in_its_runtime_ran_out_of_memory(
+    tmp_path: Path, stderr: str, out_of_memory: bool
+) -> None:
+    """Go's runtime faults when the kernel refuses one large allocation (Helm's ``repeat``)."""
+    crash = [sys.executable, "-c", f"import sys; sys.stderr.write({stderr!r}); sys.exit(2)"]
+    res = run_subprocess(crash, cwd=tmp_path, env={}, timeout=30, max_output=1024, memory=256 * MiB)
+    assert (res.returncode, res.out_of_memory) == (2, out_of_memory)
+
+
+def test_a_pipe_fails_with_its_first_command_and_stops_both_at_the_deadline(tmp_path: Path) -> None:
+    fail = [sys.executable, "-c", "import sys; print('partial'); sys.exit('first broke')"]
+    res = run_subprocess(fail, cwd=tmp_path, env={}, timeout=30, max_output=1024, then=["cat"])
+    assert (res.returncode, res.stdout) == (1, b"partial\n") and b"first broke" in res.stderr
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    start = time.monotonic()
+    res = run_subprocess(hang, cwd=tmp_path, env={}, timeout=0.5, max_output=1024, then=hang)
+    assert res.timed_out and time.monotonic() - start < 10
 
 
 #: How Go maps a large allocation: a writable mapping laid over a reserved range, which the kernel

@@ -17,9 +17,9 @@ import pytest
 
 from agent.errors import RenderError
 from agent.model import DECRYPTED_FIELDS, DecryptFault, DesiredSet, EncryptedSource
+from agent.render.process import RunResult, run_subprocess
 from agent.render.renderer import RenderCache, RenderSpec, render
 from agent.render.sops import AgeKeys, SopsMode
-from agent.render.tools import RunResult, run_subprocess
 from tests.sopskit import AgeKey, age_key, encrypt
 
 SECRET = """\

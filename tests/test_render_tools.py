@@ -14,8 +14,9 @@ from agent.errors import RenderError
 from agent.render.binaries import tool
 from agent.render.kustomize import Graph, kustomize_build
 from agent.render.manifests import MAX_DEPTH, _non_json
+from agent.render.process import RunResult, run_subprocess
 from agent.render.renderer import RenderSpec, render
-from agent.render.tools import RunResult, helm_sections, run_subprocess, sandbox_env
+from agent.render.tools import helm_sections, sandbox_env, source_comments
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 KUSTOMIZE = RenderSpec("prod", ("kustomize/overlays/staging",), {})
@@ -72,7 +73,14 @@ class FakeRunner:
         self.calls: list[tuple[list[str], float, int]] = []
 
     def __call__(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float, max_output: int
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        max_output: int,
+        then: Sequence[str] | None = None,
     ) -> RunResult:
         self.calls.append((list(argv), timeout, max_output))
         return self.result
@@ -203,7 +211,7 @@ def test_helm_sections_count_lines_as_splitlines_does(text: str) -> None:
         for i, line in enumerate(text.splitlines(), start=1)
         if line.startswith("# Source: ") and line[10:11].strip()
     ]
-    assert list(helm_sections(text, "chart")) == expected
+    assert list(helm_sections(source_comments(text), "chart")) == expected
 
 
 def nest(levels: int) -> dict[str, Any]:

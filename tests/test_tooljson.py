@@ -2,9 +2,10 @@
 
 ``krender -convert`` (tools/go/krender/tojson.go) prints an ordinary YAML stream as JSON
 documents with their lines, and hands back (exit 3) every stream the agent's parser treats on
-its own; ``agent.render.tooljson`` reads either. Compared here with ``parse_yaml`` -- value, key
-order, index and line of every document -- on a table of streams and on what the corpus' charts
-and kustomizations render.
+its own; ``krender -helm-output`` does the same for helm's output piped into it, with helm's
+``# Source:`` comments, printing a stream it hands back as it is; ``agent.render.tooljson``
+reads either. Compared here with ``parse_yaml`` -- value, key order, index and line of every
+document -- on a table of streams and on what the corpus' charts and kustomizations render.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import pytest
 
 from agent.render import renderer, tooljson
 from agent.render.binaries import tool
-from agent.render.manifests import Document, Origin, parse_yaml
+from agent.render.manifests import MAX_DEPTH, Document, Origin, parse_yaml
 from agent.render.renderer import RenderSpec, render
-from agent.render.tooljson import documents, read_output
+from agent.render.tooljson import documents, helm_json, read_output
+from agent.render.tools import source_comments
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -109,17 +111,63 @@ def test_krender_hands_back_a_stream_the_agent_reads_on_its_own(text: str) -> No
 
 def test_output_handed_back_is_parsed_here_with_its_messages_and_lines() -> None:
     text = f"{OBJECT}data:\n  a: 1\n  a: 2\n"
-    assert read_output(text, Origin("t.yaml"), None, convert=lambda _: None) == parse_yaml(
-        text, Origin("t.yaml"), None
+    assert read_output(text, Origin("t.yaml"), None) == parse_yaml(text, Origin("t.yaml"), None)
+
+
+def krender_helm_output(text: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(tool("krender")), "-helm-output", *args], input=text.encode(), capture_output=True, timeout=120
     )
 
 
-def test_a_list_is_parsed_here_where_the_caller_keeps_the_lines_of_its_items() -> None:
+def helm_output(text: str, *args: str) -> tuple[list[tuple[int, str]], list[Document]] | None:
+    out = krender_helm_output(text, *args)
+    assert out.returncode == 0, (out.returncode, out.stderr.decode())
+    printed = out.stdout.decode()
+    found = helm_json(printed)
+    assert found is not None or printed == text  # handed back: exactly as helm printed it
+    return found
+
+
+@pytest.mark.parametrize("text", list(CONVERTED.values()), ids=list(CONVERTED))
+def test_krender_helm_output_gives_the_documents_and_source_comments_the_agent_finds(text: str) -> None:
+    found = helm_output(text)
+    assert found is not None
+    comments, docs = found
+    assert comments == source_comments(text)
+    ours, _ = parse_yaml(text, Origin("t.yaml"), None)
+    assert [shape(d) for d in docs] == [shape(d) for d in ours]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [*HANDED_BACK.values(), "# Source: c/a\x0c\n" + OBJECT, "# Source: c/a\x1c\n" + OBJECT],
+    ids=[*HANDED_BACK, "a form feed", "a file separator"],
+)
+def test_krender_helm_output_prints_a_stream_the_agent_reads_on_its_own_as_it_is(text: str) -> None:
+    """The agent then parses it and counts its lines itself (str.splitlines breaks at \\x0c, \\x1c)."""
+    assert helm_output(text) is None
+
+
+def test_a_list_is_handed_back_where_the_caller_keeps_the_lines_of_its_items() -> None:
     text = CONVERTED["a List"]
-    docs = converted(text)
-    assert read_output(text, Origin("t.yaml"), None, convert=lambda _: docs)[0] is docs
-    kept, _ = read_output(text, Origin("t.yaml"), None, convert=lambda _: docs, item_lines=True)
-    assert kept is not docs and kept[0].lines
+    assert helm_output(text) is not None
+    assert helm_output(text, "-yaml-if-list") is None
+
+
+def test_krender_helm_output_over_its_limit_prints_one_byte_more_and_fails() -> None:
+    """The agent reads that as output over its limit, as it would reading helm itself."""
+    out = krender_helm_output(OBJECT * 10, "-max-input", "100")
+    assert (out.returncode, out.stdout) == (1, (OBJECT * 10).encode()[:101])
+
+
+def test_documents_krender_converts_are_never_deeper_than_the_agent_checks() -> None:
+    """``Document.json`` spares ``validate`` the walk over every value: krender hands over deeper ones."""
+    source = (ROOT / "tools" / "go" / "krender" / "tojson.go").read_text()
+    found = re.search(r"^const maxDepth = (\d+)$", source, re.M)
+    assert found is not None and int(found.group(1)) <= MAX_DEPTH
+    deep = OBJECT + "v: " + "[" * int(found.group(1)) + "]" * int(found.group(1)) + "\n"
+    assert krender_convert(deep).returncode == 3
 
 
 def _kube_version() -> str:
@@ -135,10 +183,11 @@ def _helm(chart: str, *args: str) -> str:
 
 
 def test_the_corpus_charts_output_converts_to_the_documents_the_agent_parses() -> None:
-    cert_manager = _helm("cert-manager-chart", "--set", "crds.enabled=true")
-    assert len(cert_manager) > tooljson.CONVERT_MIN_CHARS
-    assert_same_as_parse_yaml(cert_manager)
-    assert_same_as_parse_yaml(_helm("ingress-nginx-chart"))
+    for text in (_helm("cert-manager-chart", "--set", "crds.enabled=true"), _helm("ingress-nginx-chart")):
+        assert_same_as_parse_yaml(text)
+        found = helm_output(text)
+        assert found is not None and found[0] == source_comments(text)
+        assert [shape(d) for d in found[1]] == [shape(d) for d in converted(text)]
 
 
 @pytest.mark.parametrize("substitute", [False, True])

@@ -28,9 +28,9 @@ import yaml
 
 from agent.errors import RenderProblem
 from agent.render.manifests import BoundedLoader
+from agent.render.process import Runner
 from agent.render.tools import (
     KUSTOMIZATION_FILES,
-    Runner,
     ToolOutput,
     _decode,
     _inside,

@@ -5,9 +5,10 @@ Helm's ``repeat``); without a bound one commit gets the agent's Pod OOM-killed, 
 the same commit again after each restart. So:
 
 * every child (kustomize, helm, sops) runs with ``RLIMIT_DATA`` = ``render_memory`` and a
-  sampler that kills it past 7/8 of it (``run_subprocess``; the Pod can neither create cgroups
-  nor rely on ``GOMEMLIMIT``, a soft target); one stopped so is a ``RenderProblem`` with
-  ``limit = RenderLimit.MEMORY``, naming the file;
+  sampler that kills it past 7/8 of it (``agent.render.process``; the Pod can neither create
+  cgroups nor rely on ``GOMEMLIMIT``, a soft target, which only paces a Go child's collector at
+  half the bound); one stopped so is a ``RenderProblem`` with ``limit = RenderLimit.MEMORY``,
+  naming the file;
 * children start only as far as their limits plus the agent's own resident memory fit under the
   container's memory limit (its cgroup's ``memory.max``); one child may always run;
 * ``MemoryFailures`` keeps such failures per (revision, render spec), so the revision is not
@@ -24,7 +25,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from pathlib import Path
 
 from agent.errors import RenderError, RenderLimit, RenderProblem
-from agent.render.tools import Runner, RunResult, is_dir, run_subprocess, walk_entries
+from agent.render.process import Runner, RunResult, run_subprocess
+from agent.render.tools import is_dir, walk_entries
 
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 #: A cgroup v1 "limit" this large means none.
@@ -99,10 +101,18 @@ def bounded_runner(memory: int, budget: ChildBudget = BUDGET) -> Runner:
         timeout: float,
         max_output: int,
         stdin: bytes | None = None,
+        then: Sequence[str] | None = None,
     ) -> RunResult:
         with budget.hold(memory):
             return run_subprocess(
-                argv, cwd=cwd, env=env, timeout=timeout, max_output=max_output, stdin=stdin, memory=memory
+                argv,
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                max_output=max_output,
+                stdin=stdin,
+                memory=memory,
+                then=then,
             )
 
     return run

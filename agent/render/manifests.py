@@ -107,6 +107,9 @@ class Document:
     line: int | None
     #: ``id(dict) -> line`` for every mapping in ``value``, so List items keep their lines.
     lines: dict[int, int] = field(default_factory=dict)
+    #: ``value`` is JSON as krender printed it (``agent.render.tooljson``): JSON values only, at most
+    #: 100 levels deep, so ``validate`` need not look at every value again.
+    json: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -422,15 +425,17 @@ def _collect(
                 continue
             _collect(item, doc, item_line, origin, found, problems, depth=depth + 1)
         return
-    errors = validate(value)
+    errors = validate(value, json_values=doc.json)
     if errors:
         problems.extend(origin.problem(e, line) for e in errors)
         return
     found.append((value, origin.provenance(doc.index, line)))
 
 
-def validate(obj: dict[str, Any]) -> list[str]:
-    """Problems that keep ``obj`` from being a Kubernetes object we can apply."""
+def validate(obj: dict[str, Any], *, json_values: bool = False) -> list[str]:
+    """Problems that keep ``obj`` from being a Kubernetes object we can apply.
+
+    ``json_values``: ``obj`` came from JSON within ``MAX_DEPTH`` levels (its values are not checked)."""
     errors: list[str] = []
     where = _describe(obj)
     for key in ("apiVersion", "kind"):
@@ -471,7 +476,7 @@ def validate(obj: dict[str, Any]) -> list[str]:
         )
     if obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1":
         errors.extend(_string_map(obj.get(key), f"{where}: {key}") for key in ("data", "stringData"))
-    bad = _non_json(obj, "")
+    bad = None if json_values else _non_json(obj, "")
     if bad:
         errors.append(f"{where}: {bad}")
     return [e for e in errors if e]

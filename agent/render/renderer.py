@@ -60,9 +60,10 @@ from agent.render.jsonmanifest import parse_json
 from agent.render.kustomize import Graph, check_kustomization, kustomization_file, kustomize_build
 from agent.render.limits import MemoryFailures, bounded_runner, input_problems
 from agent.render.manifests import Document, Origin, decode_bytes, objects_of, parse_yaml
+from agent.render.process import Runner
 from agent.render.sops import AgeKeys, Sops, SopsMode
-from agent.render.tooljson import SUBSTITUTED, converter, read_output
-from agent.render.tools import Runner, check_chart, helm_sections, helm_template
+from agent.render.tooljson import SUBSTITUTED, read_helm_output, read_output
+from agent.render.tools import check_chart, converter, helm_template
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -339,19 +340,16 @@ class _Render:
             timeout=self.spec.timeout,
             max_output=self.spec.max_output_bytes,
             runner=self.runner,
+            converter=converter(),
+            item_lines=fetched,
         )
         if out.problems:
             self.problems.extend(out.problems)
             return
-        origin = Origin(
-            f"{rel}/Chart.yaml",
-            label=f"{rel} (helm template output)",
-            sections=helm_sections(out.text, rel),
-            provenance_lines=False,
-        )
-        spec = self.spec
-        convert = converter(chart, timeout=spec.timeout, max_output=spec.max_output_bytes, runner=self.runner)
-        docs, problems = read_output(out.text, origin, None, convert=convert, item_lines=fetched)
+        sections, converted = read_helm_output(out.text, rel)
+        label = f"{rel} (helm template output)"
+        origin = Origin(f"{rel}/Chart.yaml", label=label, sections=sections, provenance_lines=False)
+        docs, problems = (converted, []) if converted is not None else parse_yaml(out.text, origin, None)
         if not problems and not fetched:  # a fetched chart holds no file of the app's keys
             docs = self.sops.output_docs(docs, origin, [in_git])
         self.add(docs, problems, origin)

@@ -45,8 +45,9 @@ from agent.model import DECRYPTED_FIELDS, DecryptFault, EncryptedSource
 from agent.render.binaries import tool
 from agent.render.jsonmanifest import parse_json
 from agent.render.manifests import Document, Origin, parse_yaml
+from agent.render.process import Runner
 from agent.render.sops_guard import DOTENV_PREFIX, foreign_key_services, without_forged_marks
-from agent.render.tools import Runner, memory_problem, sandbox_env
+from agent.render.tools import memory_problem, sandbox_env
 
 SOPS_KEY = "sops"
 #: How sops writes an encrypted value (AES-GCM is its only cipher).
@@ -236,8 +237,8 @@ class Sops:
                 value = self._output_object(value, origin.locate(d.line)[0], roots)
             elif isinstance(value, dict) and value.get("apiVersion") == "v1":
                 value = self._generated(value, origin.locate(d.line)[0], roots)
-            if value is not None:
-                out.append(Document(value, d.index, d.line))
+            if value is not None:  # a value that is still the tool's own is still plain JSON
+                out.append(Document(value, d.index, d.line, json=d.json and value is d.value))
         return out
 
     def _output_object(self, obj: dict[str, Any], where: str, roots: list[Path]) -> dict[str, Any] | None:

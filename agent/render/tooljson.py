@@ -13,84 +13,63 @@ duplicate keys, syntax errors, deep nesting, unusual line breaks) it hands back,
 ``manifests.parse_yaml`` reads it: the reference for every value, message and line. So the
 documents are the ones ``parse_yaml`` makes, index and line included (tests/test_tooljson.py),
 but for the lines of the items of a ``List``: a caller that keeps those (no
-``Sops.output_docs``) passes ``item_lines`` and gets a stream with a List parsed here.
+``Sops.output_docs``) asks krender to hand over a stream with a List (``-yaml-if-list``).
 
 kustomize output is converted inside the build (``krender -json``; with ``-yaml-if '${'`` where
 the app substitutes: substitution needs the YAML, a plain ``${N}`` becomes a number), helm's by
-``krender -convert`` on its text, where it is large enough to be worth a process start.
+``krender -helm-output`` reading helm's output through a pipe (``helm_json``), which also hands
+over the lines of helm's ``# Source:`` comments, since the agent no longer has the text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-from agent.errors import LocalClusterError, RenderProblem
-from agent.render.binaries import tool
+from agent.errors import RenderProblem
 from agent.render.manifests import Document, Origin, parse_yaml
-from agent.render.tools import Runner
+from agent.render.tools import helm_sections, source_comments
 
-#: Output below this many characters is parsed here: a process start costs more than libyaml takes.
-CONVERT_MIN_CHARS = 64 * 1024
 #: ``krender -json``'s YAML (handed back) with substitution on: what substitution acts on.
 SUBSTITUTED = "${"
 
-#: Documents of a stream read by krender, or ``None`` where the agent reads it itself.
-Converter = Callable[[str], list[Document] | None]
-
 
 def read_output(
-    text: str,
-    origin: Origin,
-    variables: Mapping[str, str] | None,
-    *,
-    convert: Converter | None = None,
-    item_lines: bool = False,
+    text: str, origin: Origin, variables: Mapping[str, str] | None
 ) -> tuple[list[Document], list[RenderProblem]]:
     """The documents of a tool's output: krender's JSON as printed (``krender -json``, whose YAML
-    never starts with ``[``), YAML through ``convert`` where it reads it, else ``parse_yaml``."""
-    docs = documents(text) if text.startswith("[") else convert(text) if convert is not None else None
-    if docs is None or (item_lines and any(_is_list(d.value) for d in docs)):
-        return parse_yaml(text, origin, variables)
-    return docs, []
+    never starts with ``[``), else ``parse_yaml``'s."""
+    if text.startswith("["):
+        return documents(text), []
+    return parse_yaml(text, origin, variables)
+
+
+#: How ``krender -helm-output``'s JSON starts; helm's own output starts with ``---`` (or is empty).
+HELM_JSON = '{"sources":'
+
+
+def helm_json(text: str) -> tuple[list[tuple[int, str]], list[Document]] | None:
+    """``krender -helm-output``'s ``# Source:`` comments and documents, or ``None`` where it
+    printed helm's output as helm did."""
+    if not text.startswith(HELM_JSON):
+        return None
+    found = json.loads(text)
+    return [(line, rest) for line, rest in found["sources"]], _documents(found["documents"])
+
+
+def read_helm_output(text: str, chart_rel: str) -> tuple[tuple[tuple[int, str], ...], list[Document] | None]:
+    """The sections of helm's output (``# Source:`` comments as repository paths) and its
+    documents as krender printed them, or ``None`` where it printed helm's output for ``parse_yaml``."""
+    found = helm_json(text)
+    comments, docs = found if found is not None else (source_comments(text), None)
+    return helm_sections(comments, chart_rel), docs
 
 
 def documents(text: str) -> list[Document]:
     """krender's JSON documents (``[line, value]`` each) as the parser's documents."""
-    return [Document(value, index, line or None) for index, (line, value) in enumerate(json.loads(text))]
+    return _documents(json.loads(text))
 
 
-def converter(cwd: Path, *, timeout: float, max_output: int, runner: Runner) -> Converter | None:
-    """``krender -convert`` of a YAML stream (at least ``CONVERT_MIN_CHARS`` long), run as the tools
-    are (``runner``: bounded); a stream it hands back (exit 3) or a failed run is read here.
-    ``None`` where krender is not installed."""
-    try:
-        krender = tool("krender")
-    except LocalClusterError:
-        return None
-
-    def convert(text: str) -> list[Document] | None:
-        if len(text) < CONVERT_MIN_CHARS:
-            return None
-        try:
-            res = runner(
-                [str(krender), "-convert"],
-                cwd=cwd,
-                env={},
-                timeout=timeout,
-                max_output=max_output,
-                stdin=text.encode("utf-8"),
-            )
-        except OSError:
-            return None
-        if res.returncode != 0 or res.timed_out or res.truncated or res.out_of_memory:
-            return None
-        return documents(res.stdout.decode("utf-8"))
-
-    return convert
-
-
-def _is_list(value: Any) -> bool:
-    return isinstance(value, dict) and str(value.get("kind", "")).endswith("List") and "items" in value
+def _documents(pairs: list[list[Any]]) -> list[Document]:
+    return [Document(value, index, line or None, json=True) for index, (line, value) in enumerate(pairs)]

@@ -7,7 +7,7 @@
 // Usage: krender -root CHECKOUT [-max-input BYTES] [-max-file BYTES] [-json [-yaml-if TEXT]] [-dir D]... [-file F]... DIR
 //
 //	krender -convert < STREAM
-//	krender -limit-data BYTES -exec -- PROGRAM [ARG]...
+//	krender -helm-output [-max-input BYTES] [-yaml-if-list] < HELM-TEMPLATE-OUTPUT
 //
 // Each -dir (the kustomization directories, with the files directly in them) and -file (the
 // other files the kustomizations name) is mounted in memory at its own absolute path, as
@@ -20,8 +20,8 @@
 // stream is not an ordinary one, or (-yaml-if) a value holds TEXT: then it is the YAML, which
 // never starts with "[" as the JSON does. -convert reads a YAML stream (helm template's output)
 // on standard input and prints it as JSON documents, or nothing with exit code 3 where -json
-// would print the YAML. -limit-data sets RLIMIT_DATA to BYTES first, for krender itself or, with
-// -exec, for PROGRAM, which krender becomes (limit.go).
+// would print the YAML. -helm-output does the same for the agent's pipe from helm, with helm's
+// "# Source:" comments (helmoutput.go).
 package main
 
 import (
@@ -60,21 +60,16 @@ func main() {
 	flag.Var(&dirs, "dir", "a directory whose files (not sub-directories) the build may read")
 	flag.Var(&files, "file", "a file the build may read")
 	root := flag.String("root", "", "the checkout: no file outside it is ever read")
-	maxInput := flag.Int64("max-input", 64<<20, "largest total of checkout bytes read into memory")
+	maxInput := flag.Int64("max-input", 64<<20, "largest total of checkout bytes (or of helm's output) read into memory")
 	maxFile := flag.Int64("max-file", 16<<20, "largest single file of the checkout")
 	asJSON := flag.Bool("json", false, "print JSON documents where the output is an ordinary stream")
 	yamlIf := flag.String("yaml-if", "", "with -json: print YAML where a value holds this text")
 	convert := flag.Bool("convert", false, "print the YAML stream on standard input as JSON documents")
-	limitData := flag.Uint64("limit-data", 0, "set RLIMIT_DATA to this many bytes first")
-	execute := flag.Bool("exec", false, "with -limit-data: become the program after --")
+	helm := flag.Bool("helm-output", false, "print helm template's output on standard input for the agent")
+	yamlIfList := flag.Bool("yaml-if-list", false, "with -helm-output: print the YAML where a document is a List")
 	flag.Parse()
-	if *limitData > 0 {
-		if code := limit(*limitData); code != 0 {
-			os.Exit(code)
-		}
-	}
-	if *execute {
-		os.Exit(execArgs(flag.Args()))
+	if *helm {
+		os.Exit(helmOutput(*maxInput, *yamlIfList))
 	}
 	if *convert {
 		os.Exit(convertStdin())

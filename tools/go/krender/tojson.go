@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -44,7 +45,10 @@ type piece struct {
 }
 
 // toJSON is the stream as JSON documents, or errHandover.
-func toJSON(stream []byte) ([]byte, error) {
+func toJSON(stream []byte) ([]byte, error) { return convertStream(stream, false) }
+
+// convertStream is toJSON, handing over a stream with a List where lists is set.
+func convertStream(stream []byte, lists bool) ([]byte, error) {
 	if unusual(stream) {
 		return nil, errHandover
 	}
@@ -66,7 +70,7 @@ func toJSON(stream []byte) ([]byte, error) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				out[i], errs[i] = document(pieces[i])
+				out[i], errs[i] = document(pieces[i], lists)
 			}
 		}()
 	}
@@ -213,8 +217,9 @@ func marker(line []byte, m string) bool {
 	return bytes.HasPrefix(line, []byte(m)) && (len(line) == 3 || bytes.IndexByte([]byte(" \t\n"), line[3]) >= 0)
 }
 
-// document is one [line, value] pair; the root must be a non-empty mapping.
-func document(p piece) ([]byte, error) {
+// document is one [line, value] pair; the root must be a non-empty mapping (and no List, with
+// lists: the agent keeps the lines of its items).
+func document(p piece, lists bool) ([]byte, error) {
 	buf := []byte{'['}
 	buf = strconv.AppendInt(buf, int64(p.line), 10)
 	buf = append(buf, ',')
@@ -228,11 +233,29 @@ func document(p piece) ([]byte, error) {
 	if err := yaml.Unmarshal(p.body, &root); err != nil || len(root) == 0 {
 		return nil, errHandover // a syntax error, or a root that is no mapping (or an empty one)
 	}
+	if lists && isList(root) {
+		return nil, errHandover
+	}
 	buf, err := value(buf, root, 1)
 	if err != nil {
 		return nil, err
 	}
 	return append(buf, ']'), nil
+}
+
+// isList reports a kind ending in "List" with items, as the agent tells a List (tooljson._is_list).
+func isList(root yaml.MapSlice) bool {
+	var kind string
+	var items bool
+	for _, item := range root {
+		switch item.Key {
+		case "kind":
+			kind, _ = item.Value.(string)
+		case "items":
+			items = true
+		}
+	}
+	return items && strings.HasSuffix(kind, "List")
 }
 
 // value appends v as JSON, as encoding/json writes what go-yaml decoded.

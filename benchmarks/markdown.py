@@ -519,7 +519,7 @@ def corpus_section(results: dict[str, Any]) -> list[str]:
         "pipe, krender started with helm); what is left over the tool's run is mostly that reading "
         "of large output once the tool has printed it (CRDs: cert-manager's 1 MB takes krender "
         "~15 ms on two idle cores). The agent runs its Go tools with `GOGC=400` and `GOMEMLIMIT` at "
-        "half the render's memory bound (a tool run is a short batch; `agent/render/process.py`), "
+        "4/5 of the render's memory bound (a tool run is a short batch; `agent/render/process.py`), "
         "which takes 3.5% off `helm template`'s own time for cert-manager's chart and ~15% off "
         "kustomize's build for otel; the references run as a user runs them "
         "(`benchmarks/README.md`, profiling notes).",

@@ -7,7 +7,7 @@ the same commit again after each restart. So:
 * every child (kustomize, helm, sops) runs with ``RLIMIT_DATA`` = ``render_memory`` and a
   sampler that kills it past 7/8 of it (``agent.render.process``; the Pod can neither create
   cgroups nor rely on ``GOMEMLIMIT``, a soft target, which only paces a Go child's collector at
-  half the bound); one stopped so is a ``RenderProblem`` with ``limit = RenderLimit.MEMORY``,
+  4/5 of the bound); one stopped so is a ``RenderProblem`` with ``limit = RenderLimit.MEMORY``,
   naming the file;
 * children start only as far as their limits plus the agent's own resident memory fit under the
   container's memory limit (its cgroup's ``memory.max``); one child may always run;
